@@ -1,0 +1,191 @@
+"""The multi-turn loop, written once: one :class:`Episode` drives one :class:`Task` session.
+
+``start()`` returns the opening messages and tools; each ``step(messages)`` takes the model's
+assistant message, runs its tool calls in order and returns only the *new* messages (one tool
+message per call, or a user message when the model called no tool) with reward and status.
+
+Who is at fault decides what happens (see :mod:`agentrl_envs.errors`):
+
+* bad tool call (invalid JSON, unknown tool, wrong or missing arguments) → a tool message the
+  model can read; the round counts; the episode goes on;
+* the task raises anything else → the episode ends with status ``task error`` (never scored as
+  the model's failure);
+* ``max_turns`` rounds without the task finishing → ``task limit reached``, reward 0
+  (gymnasium: *truncated*).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import DataError, ModelError, SessionFinishedError, ToolCallError, UnknownSampleError
+from .schema import EnvOutput, Message, SampleIndex, SampleStatus, ToolCall
+from .task import Task
+
+log = logging.getLogger(__name__)
+
+
+def tool_message(call_id: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+class Episode:
+    """One session of one task. Not thread-safe: one ``step`` at a time (the worker enforces it)."""
+
+    def __init__(self, task: Task, *, index: SampleIndex | None = None) -> None:
+        self.task = task
+        self.index = index
+        self.turns = 0
+        self.tool_errors = 0
+        self.started = False
+        self.closed = False
+
+    @property
+    def finished(self) -> bool:
+        return self.task.done
+
+    @property
+    def status(self) -> SampleStatus:
+        return self.task.status
+
+    def _output(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> EnvOutput:
+        t = self.task
+        metrics = {"turns": self.turns, "tool_errors": self.tool_errors, **t.metrics}
+        return EnvOutput(messages=messages, tools=tools, status=t.status, finish=t.done, reward=t.reward, metric=metrics)
+
+    async def start(self) -> EnvOutput:
+        self.started = True
+        try:
+            opening = await self.task.setup()
+        except Exception as e:
+            await self._fail(e, "setup")
+            return self._output([], type(self.task).tool_definitions())
+        return self._output([Message.model_validate(m).model_dump(mode="json", exclude_none=True) for m in opening], type(self.task).tool_definitions())
+
+    async def step(self, messages: list[dict[str, Any]] | list[Message]) -> EnvOutput:
+        if self.finished:
+            raise SessionFinishedError(f"the episode already ended with status {self.status.value!r}", status=self.status.value)
+        try:
+            parsed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
+        except ValidationError as e:
+            raise ModelError(f"invalid assistant message: {e.errors()[0].get('msg')}") from None
+        calls = [c for m in parsed if m.role == "assistant" for c in (m.tool_calls or [])]
+        self.turns += 1
+        new: list[dict[str, Any]] = []
+        if not calls:
+            new.append({"role": "user", "content": self.task.no_tool_call_message()})
+        for call in calls:
+            try:
+                content = await self._run_tool(call)
+            except ToolCallError as e:
+                self.tool_errors += 1
+                content = f"Error: {e.message}"
+            except Exception as e:  # the task's own fault
+                await self._fail(e, f"tool {call.function.name!r}")
+                return self._output(new)
+            new.append(tool_message(call.id, content))
+            if self.finished:
+                break
+        if not self.finished and self.turns >= type(self.task).max_turns:
+            self.task.finish(0.0, status=SampleStatus.TASK_LIMIT_REACHED)
+        if self.finished:
+            await self.close()
+        return self._output(new)
+
+    async def _run_tool(self, call: ToolCall) -> str:
+        specs = type(self.task).tool_specs()
+        spec = specs.get(call.function.name)
+        if spec is None:
+            known = ", ".join(f"`{n}`" for n in specs)
+            raise ToolCallError(f"unknown tool `{call.function.name}`; the tools are {known}")
+        try:
+            raw = json.loads(call.function.arguments or "{}")
+        except json.JSONDecodeError as e:
+            raise ToolCallError(f"the arguments of `{spec.name}` are not valid JSON ({e.msg} at position {e.pos})") from None
+        if not isinstance(raw, dict):
+            raise ToolCallError(f"the arguments of `{spec.name}` must be a JSON object, got {type(raw).__name__}")
+        kwargs = spec.validate(raw)
+        method = getattr(self.task, spec.method_name)
+        result = await method(**kwargs) if spec.is_async else await asyncio.to_thread(method, **kwargs)
+        return "" if result is None else str(result)
+
+    async def _fail(self, exc: BaseException, where: str) -> None:
+        log.exception("task %r failed in %s", type(self.task).name, where, exc_info=exc)
+        self.task.finish(0.0, status=SampleStatus.TASK_ERROR, error=f"{where}: {type(exc).__name__}: {exc}")
+        await self.close()
+
+    async def close(self) -> None:
+        """Tear the session down (idempotent); a cancelled running episode ends as ``cancelled``."""
+        if self.closed:
+            return
+        self.closed = True
+        if not self.task.done:
+            self.task.finish(0.0, status=SampleStatus.CANCELLED)
+        try:
+            await self.task.teardown()
+        except Exception:
+            log.exception("teardown of task %r failed", type(self.task).name)
+
+
+class TaskRuntime:
+    """One task loaded for serving: its class, config, samples and shared resources."""
+
+    def __init__(
+        self,
+        task_cls: type[Task],
+        *,
+        split: str | None = None,
+        data: str | Path | None = None,
+        config: BaseModel | dict[str, Any] | None = None,
+    ) -> None:
+        self.task_cls = task_cls
+        self.split = split
+        if isinstance(config, task_cls.Config):
+            self.config = config
+        else:
+            try:
+                self.config = task_cls.Config.model_validate(config or {})
+            except ValidationError as e:
+                raise DataError(f"invalid options for task {task_cls.name!r}: {e}") from None
+        if split is not None and data is None and split not in task_cls.splits:
+            raise DataError(f"task {task_cls.name!r} has no split {split!r}; its splits are {list(task_cls.splits)}")
+        self.samples = task_cls.load_samples(split=split, data=data)
+        self.resources: Any = None
+        self._opened = False
+
+    @property
+    def name(self) -> str:
+        return self.task_cls.name
+
+    @property
+    def indices(self) -> list[int]:
+        return list(range(len(self.samples)))
+
+    async def open(self) -> None:
+        if not self._opened:
+            self.resources = await self.task_cls.open_resources(self.config)
+            self._opened = True
+
+    async def close(self) -> None:
+        if self._opened:
+            self._opened = False
+            await self.task_cls.close_resources(self.resources)
+
+    def sample(self, index: SampleIndex, custom_task: dict[str, Any] | None = None) -> dict[str, Any]:
+        if index == -1 and custom_task is not None:
+            return self.task_cls.sample_from_custom(custom_task)
+        if isinstance(index, str) and index.lstrip("-").isdigit():
+            index = int(index)
+        if not isinstance(index, int) or not 0 <= index < len(self.samples):
+            raise UnknownSampleError(f"task {self.name!r} has no sample {index!r} (indices 0..{len(self.samples) - 1})", index=index)
+        return self.samples[index]
+
+    def episode(self, index: SampleIndex, custom_task: dict[str, Any] | None = None) -> Episode:
+        sample = self.sample(index, custom_task)
+        return Episode(self.task_cls(sample, config=self.config, resources=self.resources), index=index)

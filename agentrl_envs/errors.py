@@ -1,0 +1,110 @@
+"""Exceptions of agentrl-envs, split by who is at fault.
+
+    AgentRLEnvsError
+    ├── ModelError                 the model's action was bad; answered to the model, scored
+    │   └── ToolCallError          bad tool call: invalid JSON, unknown tool, wrong arguments
+    ├── TaskError                  the task itself failed (bug, broken data); status "task error"
+    │   └── DataError              a split or data file is missing or malformed
+    ├── InfrastructureError        the transport failed; retried or dropped, never scored 0
+    │   ├── CapacityError          the worker is full (HTTP 406), carries active/max sessions
+    │   ├── NoWorkerError          no live worker serves the task (HTTP 503)
+    │   ├── WorkerUnreachableError the worker died or cannot be reached
+    │   └── ControllerError        a controller request failed (carries status code and body)
+    └── SessionError               the client misused a session (HTTP 4xx)
+        ├── UnknownSampleError     no such sample index in the task
+        ├── UnknownSessionError    no such session (it never existed, expired or ended)
+        ├── SessionBusyError       an interact is already in flight for the session
+        └── SessionFinishedError   the episode has already ended
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AgentRLEnvsError(Exception):
+    """Base class: ``code`` is the machine-readable name sent on the wire."""
+
+    code = "error"
+    http_status = 500
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+class ModelError(AgentRLEnvsError):
+    code = "model_error"
+    http_status = 400
+
+
+class ToolCallError(ModelError):
+    code = "tool_call_error"
+
+
+class TaskError(AgentRLEnvsError):
+    code = "task_error"
+
+
+class DataError(TaskError):
+    code = "data_error"
+
+
+class InfrastructureError(AgentRLEnvsError):
+    code = "infrastructure_error"
+    http_status = 502
+
+
+class CapacityError(InfrastructureError):
+    code = "capacity_exceeded"
+    http_status = 406
+
+    def __init__(self, message: str, *, active_sessions: int, max_sessions: int) -> None:
+        super().__init__(message, active_sessions=active_sessions, max_sessions=max_sessions)
+        self.active_sessions = active_sessions
+        self.max_sessions = max_sessions
+
+
+class NoWorkerError(InfrastructureError):
+    code = "no_worker"
+    http_status = 503
+
+
+class WorkerUnreachableError(InfrastructureError):
+    code = "worker_unreachable"
+    http_status = 502
+
+
+class ControllerError(InfrastructureError):
+    code = "controller_error"
+
+    def __init__(self, message: str, *, status_code: int, body: str = "") -> None:
+        super().__init__(message, status_code=status_code, body=body)
+        self.status_code = status_code
+        self.body = body
+
+
+class SessionError(AgentRLEnvsError):
+    code = "session_error"
+    http_status = 400
+
+
+class UnknownSampleError(SessionError):
+    code = "unknown_sample"
+    http_status = 404
+
+
+class UnknownSessionError(SessionError):
+    code = "unknown_session"
+    http_status = 404
+
+
+class SessionBusyError(SessionError):
+    code = "session_busy"
+    http_status = 409
+
+
+class SessionFinishedError(SessionError):
+    code = "session_finished"
+    http_status = 409

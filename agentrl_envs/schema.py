@@ -1,0 +1,231 @@
+"""The one schema module: OpenAI chat messages, tools, tool calls, and every wire body.
+
+Everything that crosses a process boundary in agentrl-envs (client ↔ controller ↔ worker, the
+built-in model server, the trainer) is one of these pydantic models. The wire protocol is
+AgentRL's (see DESIGN.md §2); field names and shapes must not change.
+
+Conventions
+-----------
+* Messages follow OpenAI's chat format. ``ToolCall.function.arguments`` stays a JSON *string*
+  exactly as the model produced it: invalid JSON is the env's business to answer, never a 422.
+* Message models allow extra fields (``reasoning_content``, ``name``...) so nothing a client or
+  an AgentRL worker sends is lost on the way through.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SampleIndex = Union[int, str]
+
+# --------------------------------------------------------------------------- statuses
+
+
+class SampleStatus(str, Enum):
+    """Session statuses of AgentRL's protocol (values are wire strings)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    AGENT_CONTEXT_LIMIT = "agent context limit"
+    AGENT_VALIDATION_FAILED = "agent validation failed"
+    AGENT_INVALID_ACTION = "agent invalid action"
+    TASK_LIMIT_REACHED = "task limit reached"
+    UNKNOWN = "unknown"
+    TASK_ERROR = "task error"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_infrastructure_failure(self) -> bool:
+        """True when nobody can blame the model: retry or drop, never score 0."""
+        return self in (SampleStatus.TASK_ERROR, SampleStatus.CANCELLED)
+
+
+# --------------------------------------------------------------------------- chat messages
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class FunctionCall(_Open):
+    name: str
+    arguments: str = Field(default="{}", description="JSON-encoded arguments, as the model wrote them")
+
+
+class ToolCall(_Open):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(_Open):
+    """One OpenAI chat message (system, user, assistant or tool)."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    def text(self) -> str:
+        """The content as plain text (multi-part content joined)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(str(part.get("text", "")) for part in self.content)
+
+
+def dump_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    return [m.model_dump(mode="json", exclude_none=True) for m in messages]
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class FunctionDefinition(_Open):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ToolDefinition(_Open):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+# --------------------------------------------------------------------------- client ↔ controller
+
+
+class StartSampleRequest(BaseModel):
+    name: str
+    index: SampleIndex
+    custom_task: dict[str, Any] | None = None
+
+
+class InteractRequest(BaseModel):
+    """Body of ``POST /api/interact``; the session is named in the ``session_id`` header."""
+
+    messages: list[Message]
+
+
+class StartSampleResponse(BaseModel):
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    # AgentRL's controller passes these through from the worker; clients may ignore them.
+    finish: bool = False
+    reward: float = 0.0
+    status: SampleStatus = SampleStatus.RUNNING
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+class InteractResponse(BaseModel):
+    finish: bool
+    reward: float
+    status: SampleStatus
+    messages: list[dict[str, Any]] = Field(default_factory=list, description="only the new messages")
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+class MarkStaleRequest(BaseModel):
+    name: str
+    worker_id: str
+    stale: bool = True
+
+
+# --------------------------------------------------------------------------- worker ↔ controller
+
+
+class HeartbeatRequest(BaseModel):
+    name: str
+    address: str
+    concurrency: int
+    indices: list[SampleIndex] = Field(default_factory=list)
+
+
+class WorkerStartSampleRequest(BaseModel):
+    index: SampleIndex
+    custom_task: dict[str, Any] | None = None
+    session_id: int
+
+
+class WorkerInteractRequest(BaseModel):
+    session_id: int
+    messages: list[dict[str, Any]] | None = None
+
+
+class WorkerCancelRequest(BaseModel):
+    session_id: int
+
+
+class EnvOutput(BaseModel):
+    """What a worker reports after a start or a step (AgentRL calls the metrics ``metric``)."""
+
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    status: SampleStatus = SampleStatus.RUNNING
+    finish: bool = False
+    reward: float = 0.0
+    metric: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkerInteractResponse(BaseModel):
+    session_id: int
+    env_out: EnvOutput
+
+
+class WorkerStatus(BaseModel):
+    concurrency: int
+    current: int
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ErrorBody(BaseModel):
+    """The one shape every error response has (``detail`` as FastAPI writes it)."""
+
+    detail: str
+    error: str = Field(description="machine-readable error class, e.g. 'capacity_exceeded'")
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- OpenAI chat API
+# (the subset served by `agentrl-envs serve-model` and used by `agentrl-envs eval`)
+
+
+class ChatCompletionRequest(_Open):
+    model: str = "default"
+    messages: list[Message]
+    tools: list[ToolDefinition] | None = None
+    tool_choice: Any = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    seed: int | None = None
+    n: int = 1
+    stream: bool = False
+
+
+class ChatCompletionChoice(BaseModel):
+    index: int = 0
+    message: Message
+    finish_reason: Literal["stop", "length", "tool_calls"] = "stop"
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatCompletionChoice]
+    usage: Usage = Field(default_factory=Usage)

@@ -1,0 +1,216 @@
+"""The task-author API: a task is one class whose tools are typed methods with docstrings.
+
+Example::
+
+    class Echo(Task):
+        name = "echo"
+        max_turns = 3
+        splits = ("dev",)
+
+        @classmethod
+        def load_samples(cls, split=None, data=None):
+            return [{"word": "hi"}]
+
+        async def setup(self):
+            return [{"role": "user", "content": f"Say {self.sample['word']}"}]
+
+        @tool
+        def say(self, text: str) -> str:
+            '''Say something.
+
+            Args:
+                text: What to say.
+            '''
+            self.finish(1.0 if text == self.sample["word"] else 0.0)
+            return "ok"
+
+The SDK derives each tool's OpenAI schema from the signature (types) and the docstring (the first
+paragraph is the description, ``Args:`` gives the parameter descriptions), validates the model's
+arguments against it, and answers a bad call with a tool message (see :mod:`agentrl_envs.episode`).
+Plain ``def`` tools run in a worker thread, ``async def`` tools on the event loop.
+
+One instance serves one session: ``__init__`` gets the sample, the task's config and the
+per-worker shared resources (``open_resources``), ``setup`` returns the opening messages,
+``teardown`` releases what the session holds. A tool ends the episode with :meth:`Task.finish`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, get_type_hints
+
+import docstring_parser
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from .errors import ToolCallError
+from .schema import SampleStatus
+
+_TOOL_MARK = "__agentrl_tool__"
+
+
+def tool(fn: Callable | None = None, *, name: str | None = None) -> Any:
+    """Mark a method of a :class:`Task` as a tool the model can call."""
+
+    def mark(f: Callable) -> Callable:
+        setattr(f, _TOOL_MARK, name or f.__name__)
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool derived from a method: its OpenAI definition and its argument model."""
+
+    name: str
+    method_name: str
+    description: str
+    arguments: type[BaseModel]
+    is_async: bool
+
+    def definition(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": _clean_schema(self.arguments.model_json_schema())},
+        }
+
+    def validate(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Validate decoded arguments; raise :class:`ToolCallError` with a readable message."""
+        try:
+            model = self.arguments.model_validate(raw)
+        except ValidationError as e:
+            problems = "; ".join(_describe_error(err) for err in e.errors())
+            raise ToolCallError(f"Invalid arguments for tool `{self.name}`: {problems}.", tool=self.name) from None
+        return {field: getattr(model, field) for field in type(model).model_fields}
+
+
+def _describe_error(err: dict[str, Any]) -> str:
+    where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
+    if err.get("type") == "missing":
+        return f"missing required argument `{where}`"
+    if err.get("type") == "extra_forbidden":
+        return f"unexpected argument `{where}`"
+    return f"`{where}`: {err.get('msg', 'invalid value')}"
+
+
+def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's titles: OpenAI tool schemas (and AgentBench's) carry none."""
+    if isinstance(schema, dict):
+        return {k: _clean_schema(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
+    if isinstance(schema, list):
+        return [_clean_schema(v) for v in schema]
+    return schema
+
+
+def _tool_spec(cls: type, method_name: str, tool_name: str) -> ToolSpec:
+    fn = getattr(cls, method_name)
+    doc = docstring_parser.parse(inspect.getdoc(fn) or "")
+    param_docs = {p.arg_name: p.description for p in doc.params}
+    hints = get_type_hints(fn)
+    fields: dict[str, Any] = {}
+    for pname, param in inspect.signature(fn).parameters.items():
+        if pname == "self":
+            continue
+        if pname not in hints:
+            raise TypeError(f"{cls.__name__}.{method_name}: parameter `{pname}` needs a type hint")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (hints[pname], Field(default, description=param_docs.get(pname)))
+    description = "\n\n".join(p for p in (doc.short_description, doc.long_description) if p)
+    model = create_model(f"{cls.__name__}_{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
+    return ToolSpec(tool_name, method_name, description, model, inspect.iscoroutinefunction(fn))
+
+
+class Task:
+    """Base class of every task. Subclass it once per task; see the module docstring."""
+
+    #: Registry name, e.g. ``"db"``.
+    name: ClassVar[str] = ""
+    #: Rounds (assistant messages) before the episode is truncated with "task limit reached".
+    max_turns: ClassVar[int] = 10
+    #: The named splits this task ships; any other data comes through ``data=PATH``.
+    splits: ClassVar[tuple[str, ...]] = ()
+    #: Sessions one worker process serves at once.
+    concurrency: ClassVar[int] = 32
+    #: Task options (backend, URLs...), a pydantic model; set from CLI ``--option k=v`` or env.
+    Config: ClassVar[type[BaseModel]] = BaseModel
+
+    _tool_specs: ClassVar[dict[str, ToolSpec]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        specs: dict[str, ToolSpec] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                tool_name = getattr(value, _TOOL_MARK, None)
+                if tool_name is not None:
+                    specs[tool_name] = _tool_spec(cls, attr, tool_name)
+        cls._tool_specs = specs
+
+    # ------------------------------------------------------------------ class level: data
+
+    @classmethod
+    def load_samples(cls, split: str | None = None, data: str | Path | None = None) -> list[dict[str, Any]]:
+        """Return the samples of ``split`` (one of ``splits``) or of the file/dir ``data``."""
+        raise NotImplementedError
+
+    @classmethod
+    def sample_from_custom(cls, custom_task: dict[str, Any]) -> dict[str, Any]:
+        """Turn a client's ``custom_task`` (index -1) into a sample; override to validate."""
+        return custom_task
+
+    @classmethod
+    def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]]:
+        """The tool calls that solve ``sample``: ``[{"name": ..., "arguments": {...}}, ...]``.
+
+        ``agentrl-envs check`` replays them one per turn and expects reward 1."""
+        raise NotImplementedError(f"task {cls.name!r} has no reference solutions")
+
+    @classmethod
+    async def open_resources(cls, config: BaseModel) -> Any:
+        """Open what all sessions of one worker share (a connection pool...)."""
+        return None
+
+    @classmethod
+    async def close_resources(cls, resources: Any) -> None:
+        """Release what :meth:`open_resources` opened."""
+
+    @classmethod
+    def tool_specs(cls) -> dict[str, ToolSpec]:
+        return cls._tool_specs
+
+    @classmethod
+    def tool_definitions(cls) -> list[dict[str, Any]]:
+        return [spec.definition() for spec in cls._tool_specs.values()]
+
+    # ------------------------------------------------------------------ session level
+
+    def __init__(self, sample: dict[str, Any], *, config: BaseModel | None = None, resources: Any = None) -> None:
+        self.sample = sample
+        self.config = config if config is not None else self.Config()
+        self.resources = resources
+        self.done = False
+        self.reward = 0.0
+        self.status = SampleStatus.RUNNING
+        self.metrics: dict[str, Any] = {}
+
+    async def setup(self) -> list[dict[str, Any]]:
+        """Prepare the session and return its opening messages (system, user)."""
+        raise NotImplementedError
+
+    async def teardown(self) -> None:
+        """Release what the session holds. Called exactly once, however the episode ends."""
+
+    def finish(self, reward: float, *, status: SampleStatus = SampleStatus.COMPLETED, **metrics: Any) -> None:
+        """End the episode (call from a tool); the tool's return value is still sent."""
+        self.done = True
+        self.reward = float(reward)
+        self.status = status
+        self.metrics.update(metrics)
+
+    def no_tool_call_message(self) -> str:
+        """What the model is told when its message calls no tool (the round still counts)."""
+        names = ", ".join(f"`{n}`" for n in self._tool_specs)
+        return f"No tool call found in your message. Use one of the tools ({names}) to act."
