@@ -123,6 +123,12 @@ def _tool_spec(cls: type, method_name: str, tool_name: str) -> ToolSpec:
     return ToolSpec(tool_name, method_name, description, model, inspect.iscoroutinefunction(fn))
 
 
+class NoConfig(BaseModel):
+    """The config of a task that takes no options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class Task:
     """Base class of every task. Subclass it once per task; see the module docstring."""
 
@@ -135,7 +141,7 @@ class Task:
     #: Sessions one worker process serves at once.
     concurrency: ClassVar[int] = 32
     #: Task options (backend, URLs...), a pydantic model; set from CLI ``--option k=v`` or env.
-    Config: ClassVar[type[BaseModel]] = BaseModel
+    Config: ClassVar[type[BaseModel]] = NoConfig
 
     _tool_specs: ClassVar[dict[str, ToolSpec]]
 
