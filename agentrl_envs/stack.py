@@ -1,0 +1,145 @@
+"""The embedded stack: a controller and one worker per task as local processes.
+
+``with LocalStack(["db", "echo"]) as stack: ... stack.url ...`` starts them on free loopback
+ports, waits until every task has a live worker, and on exit stops exactly the processes it
+started (SIGTERM, then SIGKILL after a grace period). Each process logs to a file in
+``stack.log_dir``; a start-up failure raises with the tail of the failing log.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .errors import InfrastructureError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class ManagedProcess:
+    """A child process we started, with its log file; stopped by PID only."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "agentrl_envs.cli", *args]
+
+
+class LocalStack:
+    def __init__(
+        self,
+        tasks: list[str],
+        *,
+        split: str | None = None,
+        data: dict[str, str] | None = None,
+        task_options: dict[str, dict[str, Any]] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_dir: str | Path | None = None,
+        startup_timeout: float = 120.0,
+        quiet: bool = True,
+    ) -> None:
+        if not tasks:
+            raise ValueError("LocalStack needs at least one task")
+        self.tasks = list(dict.fromkeys(tasks))
+        self.split = split
+        self.data = data or {}
+        self.task_options = task_options or {}
+        self.host = host
+        self.port = port or free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="agentrl-stack-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.startup_timeout = startup_timeout
+        self.quiet = quiet
+        self.processes: list[ManagedProcess] = []
+
+    def __enter__(self) -> LocalStack:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        level = ["--log-level", "warning"] if self.quiet else []
+        self.processes.append(
+            ManagedProcess("controller", _cli("controller", "--host", self.host, "--port", str(self.port), *level), self.log_dir / "controller.log", env)
+        )
+        for task in self.tasks:
+            args = ["worker", task, "--controller", self.url, "--host", self.host, "--port", str(free_port(self.host)), *level]
+            if task in self.data:
+                args += ["--data", str(self.data[task])]
+            elif self.split:
+                args += ["--split", self.split]
+            for key, value in self.task_options.get(task, {}).items():
+                args += ["--option", f"{key}={value}"]
+            self.processes.append(ManagedProcess(f"worker-{task}", _cli(*args), self.log_dir / f"worker-{task}.log", env))
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        pending = set(self.tasks)
+        with httpx.Client(timeout=2.0) as http:
+            while pending:
+                for p in self.processes:
+                    if not p.alive():
+                        raise InfrastructureError(f"{p.name} exited with code {p.proc.returncode} during start-up:\n{p.log_tail()}")
+                try:
+                    workers = http.get(f"{self.url}/api/list_workers").json()
+                    pending = {t for t in self.tasks if not any(w["alive"] for w in workers.get(t, []))}
+                except httpx.HTTPError:
+                    pass
+                if pending and time.monotonic() > deadline:
+                    tails = "\n".join(f"--- {p.name}\n{p.log_tail(10)}" for p in self.processes)
+                    raise InfrastructureError(f"tasks {sorted(pending)} not live after {self.startup_timeout:.0f} s:\n{tails}")
+                if pending:
+                    time.sleep(0.2)
+
+    def stop(self) -> None:
+        # Workers first, so they do not beat against a dead controller while stopping.
+        for p in reversed(self.processes):
+            p.stop()
+        self.processes.clear()

@@ -1,0 +1,80 @@
+"""The worker's HTTP layer: AgentRL's worker endpoints under ``/api``, thin over :class:`WorkerService`."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from ..httpapi import install_error_handlers, json_response, parse_body
+from ..schema import EnvOutput, WorkerCancelRequest, WorkerInteractRequest, WorkerStartSampleRequest
+from .service import WorkerService
+
+
+def _env_out(out: EnvOutput, tools: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "messages": out.messages,
+        "status": out.status.value,
+        "finish": out.finish,
+        "reward": out.reward,
+        "metric": out.metric,
+    }
+    if tools:
+        body["tools"] = out.tools or []
+    return body
+
+
+def create_worker_app(service: WorkerService) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        await service.startup()
+        try:
+            yield
+        finally:
+            await service.shutdown()
+
+    app = FastAPI(title=f"agentrl-envs worker: {service.name}", lifespan=lifespan)
+    app.state.service = service
+    install_error_handlers(app)
+
+    @app.post("/api/start_sample")
+    async def start_sample(request: Request) -> Response:
+        req = parse_body(WorkerStartSampleRequest, await request.body())
+        out = await service.start_sample(req.session_id, req.index, req.custom_task)
+        return json_response(_env_out(out, tools=True), headers={"session_id": str(req.session_id)})
+
+    @app.post("/api/interact")
+    async def interact(request: Request) -> Response:
+        req = parse_body(WorkerInteractRequest, await request.body())
+        out = await service.interact(req.session_id, req.messages or [])
+        return json_response({"session_id": req.session_id, "env_out": _env_out(out, tools=False)})
+
+    @app.post("/api/cancel")
+    async def cancel(request: Request) -> Response:
+        req = parse_body(WorkerCancelRequest, await request.body())
+        await service.cancel(req.session_id)
+        return json_response({"session_id": req.session_id})
+
+    @app.post("/api/cancel_all")
+    async def cancel_all() -> Response:
+        return json_response({"cancelled": await service.cancel_all()})
+
+    @app.get("/api/get_sessions")
+    async def get_sessions() -> Response:
+        return json_response({str(k): v for k, v in service.get_sessions().items()})
+
+    @app.get("/api/get_indices")
+    async def get_indices() -> Response:
+        return json_response(service.runtime.indices)
+
+    @app.get("/api/worker_status")
+    async def worker_status() -> Response:
+        return json_response(service.status())
+
+    @app.get("/health")
+    async def health() -> Response:
+        return json_response({"status": "ok", "task": service.name, **service.status()})
+
+    return app
