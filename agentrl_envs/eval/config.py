@@ -33,10 +33,16 @@ class EvalConfig:
     """Options of one evaluation run (the CLI flags of ``agentrl-envs eval``)."""
 
     tasks: list[str] = field(metadata=_help("Tasks to evaluate, e.g. ['db', 'os'] (a comma-separated string is accepted)."))
-    split: str | None = field(default="dev", metadata=_help("Split the embedded stack serves (a running controller serves its own)."))
+    split: str | None = field(
+        default="dev", metadata=_help("Split the embedded stack serves (a running controller serves its own).")
+    )
     limit: int | None = field(default=None, metadata=_help("Evaluate only the first N indices of each task (None: all)."))
-    model: str | None = field(default=None, metadata=_help("Model name; None: the first model listed by the server's /v1/models."))
-    base_url: str | None = field(default=None, metadata=_help("OpenAI-compatible base URL ending in /v1; None: the built-in model server."))
+    model: str | None = field(
+        default=None, metadata=_help("Model name; None: the first model listed by the server's /v1/models.")
+    )
+    base_url: str | None = field(
+        default=None, metadata=_help("OpenAI-compatible base URL ending in /v1; None: the built-in model server.")
+    )
     api_key: str | None = field(default=None, metadata=_help("API key; None: $OPENAI_API_KEY, else 'EMPTY'."))
     controller: str | None = field(default=None, metadata=_help("Controller base URL; None: start the embedded stack."))
     output: Path | None = field(default=None, metadata=_help("Directory for summary.json, trajectories.jsonl and report.html."))
@@ -46,14 +52,17 @@ class EvalConfig:
     seed: int | None = field(default=None, metadata=_help("Sampling seed passed to the model API (None: not sent)."))
     max_turns: int | None = field(
         default=100,
-        metadata=_help("Client-side cap on assistant turns; an episode that reaches it ends as 'task limit reached' (None: no cap)."),
+        metadata=_help(
+            "Client-side cap on assistant turns; an episode that reaches it ends as 'task limit reached' (None: no cap)."
+        ),
     )
     max_retries: int = field(
         default=3, metadata=_help("Times an episode hit by an infrastructure or model-API failure is restarted from scratch.")
     )
     retry_backoff: float = field(default=1.0, metadata=_help("Base of the exponential back-off between retries, in seconds."))
     capacity_timeout: float = field(
-        default=600.0, metadata=_help("Seconds an episode keeps waiting for a free worker slot (HTTP 406) before it counts as a failure.")
+        default=600.0,
+        metadata=_help("Seconds an episode keeps waiting for a free worker slot (HTTP 406) before it counts as a failure."),
     )
     model_timeout: float = field(default=600.0, metadata=_help("Timeout of one model call, in seconds."))
     sdk_max_retries: int = field(default=2, metadata=_help("Retries the OpenAI SDK itself makes for one call (429s, 5xx)."))

@@ -57,8 +57,12 @@ def chart_svg(summary: dict[str, Any]) -> str:
                 f'<rect x="{x}" y="{top + height - h:.1f}" width="{bar}" height="{h:.1f}" fill="{_BAR_COLORS[label]}">'
                 f"<title>{escape(task)} {label}: {_num(s[key], '.3f')}</title></rect>"
             )
-            parts.append(f'<text x="{x + bar / 2}" y="{top + height - h - 3:.1f}" font-size="10" text-anchor="middle">{_num(s[key], ".2f")}</text>')
-        parts.append(f'<text x="{x0 + bar + 2}" y="{top + height + 16}" font-size="12" text-anchor="middle">{escape(task)}</text>')
+            parts.append(
+                f'<text x="{x + bar / 2}" y="{top + height - h - 3:.1f}" font-size="10" text-anchor="middle">{_num(s[key], ".2f")}</text>'
+            )
+        parts.append(
+            f'<text x="{x0 + bar + 2}" y="{top + height + 16}" font-size="12" text-anchor="middle">{escape(task)}</text>'
+        )
     legend_y = top + height + 40
     for j, (label, color) in enumerate(_BAR_COLORS.items()):
         parts.append(f'<rect x="{left + j * 120}" y="{legend_y - 10}" width="12" height="12" fill="{color}"/>')

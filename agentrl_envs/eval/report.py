@@ -90,7 +90,8 @@ def format_table(summary: dict[str, Any]) -> str:
         (
             task,
             str(s["n"]),
-            _fmt(None if s["success_rate"] is None else 100 * s["success_rate"], ".1f") + ("%" if s["success_rate"] is not None else ""),
+            _fmt(None if s["success_rate"] is None else 100 * s["success_rate"], ".1f")
+            + ("%" if s["success_rate"] is not None else ""),
             _fmt(s["avg_reward"], ".3f"),
             _fmt(s["avg_turns"], ".1f"),
             str(s["infra_failures"]),
@@ -99,11 +100,15 @@ def format_table(summary: dict[str, Any]) -> str:
     ]
     overall = summary["overall"]
     rate = overall["success_rate"]
-    rows.append(("overall", str(overall["n"]), "-" if rate is None else f"{100 * rate:.1f}%", "", "", str(overall["infra_failures"])))
+    rows.append(
+        ("overall", str(overall["n"]), "-" if rate is None else f"{100 * rate:.1f}%", "", "", str(overall["infra_failures"]))
+    )
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([f"model: {summary['model']}", line(header), rule, *map(line, rows[:-1]), rule, line(rows[-1])])

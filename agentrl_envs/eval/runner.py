@@ -97,7 +97,9 @@ def assistant_message(message: Any) -> dict[str, Any]:
         function = getattr(call, "function", None)
         if function is None:  # a non-function ("custom") tool call: no env understands it
             continue
-        calls.append({"id": call.id, "type": "function", "function": {"name": function.name, "arguments": function.arguments or ""}})
+        calls.append(
+            {"id": call.id, "type": "function", "function": {"name": function.name, "arguments": function.arguments or ""}}
+        )
     if calls:
         out["tool_calls"] = calls
     return out
