@@ -10,7 +10,7 @@ model server when ``--controller`` / ``--base-url`` are not given.
 
 from __future__ import annotations
 
-from .command import embedded_services, run, run_eval
+from .command import add_arguments, embedded_services, main, run, run_eval
 from .config import EvalConfig
 from .report import format_table, print_table, summarize, write_outputs
 from .runner import EpisodeResult, EvalResult, evaluate
@@ -19,9 +19,11 @@ __all__ = [
     "EpisodeResult",
     "EvalConfig",
     "EvalResult",
+    "add_arguments",
     "embedded_services",
     "evaluate",
     "format_table",
+    "main",
     "print_table",
     "run",
     "run_eval",

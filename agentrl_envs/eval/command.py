@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import dataclasses
 import sys
+import typing
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -22,6 +23,59 @@ from .report import print_table, summarize, write_outputs
 from .runner import EvalResult, evaluate
 
 DEFAULT_OUTPUT = Path("eval_results")
+
+_FLAG_TYPES: dict[str, type] = {"int": int, "float": float}
+
+
+def _flag_type(hint: Any) -> type:
+    """``int | None`` → int, ``float`` → float, anything else → str (lists are comma-separated)."""
+    names = {getattr(a, "__name__", str(a)) for a in (typing.get_args(hint) or (hint,))} - {"NoneType"}
+    return _FLAG_TYPES.get(next(iter(names)), str) if len(names) == 1 else str
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per :class:`EvalConfig` field (``--max-tokens`` for ``max_tokens``...).
+
+    Every flag defaults to ``None`` so :meth:`EvalConfig.from_args` keeps the dataclass default;
+    ``--option TASK.KEY=VALUE`` (repeatable) fills ``task_options``; ``--no-progress`` hides the bars.
+    """
+    hints = typing.get_type_hints(EvalConfig)
+    for f in dataclasses.fields(EvalConfig):
+        if f.name in ("task_options", "progress"):
+            continue
+        default = (
+            "required"
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            else f"default: {f.default}"
+        )
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            type=_flag_type(hints[f.name]),
+            default=None,
+            required=f.name == "tasks",
+            help=f"{f.metadata.get('help', '')} ({default})",
+        )
+    parser.add_argument(
+        "--option",
+        dest="option",
+        action="append",
+        metavar="TASK.KEY=VALUE",
+        help="task option for the embedded stack, repeatable",
+    )
+    parser.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="hide the progress bars")
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, dict[str, str]]:
+    """``["db.backend=sqlite"]`` → ``{"db": {"backend": "sqlite"}}``; a malformed pair raises ValueError."""
+    options: dict[str, dict[str, str]] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        task, dot, name = key.partition(".")
+        if not (sep and dot and task and name):
+            raise ValueError(f"--option {pair!r}: expected TASK.KEY=VALUE, e.g. db.backend=sqlite")
+        options.setdefault(task, {})[name] = value
+    return options
 
 
 @contextmanager
@@ -69,5 +123,11 @@ def run_eval(args: argparse.Namespace | Mapping[str, Any]) -> int:
     Returns the process exit code: 0 when every episode was scored, 3 when some episodes are
     infrastructure failures (the files are written either way).
     """
-    result = run(EvalConfig.from_args(args))
+    values = dict(vars(args) if isinstance(args, argparse.Namespace) else args)
+    if values.get("option"):
+        values["task_options"] = parse_options(values.pop("option"))
+    result = run(EvalConfig.from_args(values))
     return 0 if all(ep.scored for ep in result.episodes) else 3
+
+
+main = run_eval
