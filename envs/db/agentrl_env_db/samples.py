@@ -21,8 +21,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from agentrl_envs.errors import DataError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentrl_envs.errors import DataError
 
 from .scoring import is_mutation
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from agentrl_envs.task import Task, tool
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentrl_envs.task import Task, tool
 
 from .backends import Backend, Database, TableSpec
 from .backends.base import count_statements

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+
 from agentrl_envs import Episode, TaskRuntime, get_task
 
 MYSQL_URL = os.environ.get("AGENTRL_TEST_MYSQL_URL")

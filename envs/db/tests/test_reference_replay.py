@@ -4,6 +4,7 @@ AgentBench's MySQL 8 ``answer_md5`` for all 40 mutations and the SELECT scoring 
 from __future__ import annotations
 
 import pytest
+
 from agentrl_envs import TaskRuntime
 
 from .conftest import replay
