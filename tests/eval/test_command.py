@@ -1,0 +1,97 @@
+"""run_eval(): the CLI entry, embedded services when --controller / --base-url are missing."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from agentrl_envs.eval import run_eval
+from agentrl_envs.eval.command import parse_options
+
+
+@pytest.fixture
+def stand_ins(monkeypatch, controller, model):
+    """Replace LocalStack and LocalModelServer with context managers over the in-process fakes."""
+    fake_controller, controller_url = controller
+    _, base_url = model()
+    calls: dict[str, list] = {"stack": [], "server": [], "exited": []}
+
+    class LocalStack:
+        def __init__(self, tasks, **kwargs):
+            calls["stack"].append({"tasks": tasks, **kwargs})
+            self.url = controller_url
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            calls["exited"].append("stack")
+
+    class LocalModelServer:
+        def __init__(self, **kwargs):
+            calls["server"].append(kwargs)
+            self.base_url = base_url
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            calls["exited"].append("server")
+
+    monkeypatch.setitem(sys.modules, "agentrl_envs.stack", types.SimpleNamespace(LocalStack=LocalStack))
+    monkeypatch.setitem(sys.modules, "agentrl_envs.models.launch", types.SimpleNamespace(LocalModelServer=LocalModelServer))
+    return fake_controller, calls
+
+
+def test_embedded_defaults_start_and_stop_both_services(stand_ins, tmp_path, capsys):
+    _, calls = stand_ins
+    code = run_eval({"tasks": "echo", "limit": 3, "output": tmp_path, "progress": False, "option": ["echo.level=2"]})
+    assert code == 0
+    assert calls["stack"] == [{"tasks": ["echo"], "split": "dev", "task_options": {"echo": {"level": "2"}}}]
+    assert calls["server"] == [{}]
+    assert sorted(calls["exited"]) == ["server", "stack"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["tasks"]["echo"]["n"] == 3 and summary["tasks"]["echo"]["success_rate"] == 1.0
+    out = capsys.readouterr().out
+    assert "model: fake-model" in out and "echo" in out and "100.0%" in out
+
+
+def test_given_urls_start_nothing(stand_ins, controller, model, tmp_path):
+    _, calls = stand_ins
+    _, url = controller
+    _, base_url = model()
+    code = run_eval({"tasks": "echo", "limit": 1, "controller": url, "base_url": base_url, "output": tmp_path, "progress": False})
+    assert code == 0 and calls["stack"] == [] and calls["server"] == []
+
+
+def test_cli_parses_flags_and_exit_code_reports_infra_failures(stand_ins, tmp_path, capsys):
+    from agentrl_envs.cli import build_parser
+
+    fake_controller, _ = stand_ins
+    fake_controller.start_failures = {1: -1}
+    argv = ["eval", "--tasks", "echo", "--limit", "2", "--max-retries", "0", "--retry-backoff", "0.001", "--no-progress"]
+    args = build_parser().parse_args([*argv, "--output", str(tmp_path), "--temperature", "0.3", "--max-tokens", "64"])
+    assert (args.limit, args.temperature, args.max_tokens, args.progress) == (2, 0.3, 64, False)
+    assert run_eval(args) == 3  # files are still written
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["tasks"]["echo"]["infra_failures"] == 1 and summary["tasks"]["echo"]["n"] == 1
+
+
+def test_parse_options():
+    assert parse_options(["db.backend=sqlite", "db.x=a=b", "os.y="]) == {"db": {"backend": "sqlite", "x": "a=b"}, "os": {"y": ""}}
+    with pytest.raises(ValueError, match="TASK.KEY=VALUE"):
+        parse_options(["backend=sqlite"])
+
+
+@pytest.mark.slow
+def test_real_local_stack_end_to_end(model, tmp_path):
+    """The real embedded controller + echo worker (subprocesses), with the scripted model."""
+    pytest.importorskip("agentrl_envs.stack")
+    _, base_url = model()
+    code = run_eval({"tasks": "echo", "limit": 3, "base_url": base_url, "output": tmp_path, "progress": False})
+    assert code == 0
+    lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line)["status"] == "completed" for line in lines)
