@@ -126,6 +126,7 @@ class FakeModel:
         self.name = name
         self.fail_next = 0
         self.fail_on: set[tuple[str, int]] = set()
+        self.context_overflow: set[str] = set()
         self.requests: list[dict[str, Any]] = []
         self.app = self._build()
 
@@ -147,6 +148,9 @@ class FakeModel:
                 self.fail_next = max(0, self.fail_next - 1)
                 self.fail_on.discard((word, turn))
                 return JSONResponse({"error": {"message": "injected model failure", "type": "server_error"}}, status_code=500)
+            if word in self.context_overflow:
+                detail = "This model's maximum context length is 2048 tokens. However, you requested 4096 tokens."
+                return JSONResponse({"error": {"message": detail, "type": "invalid_request_error"}}, status_code=400)
             kind, text = self.policy(word, turn)
             message: dict[str, Any] = {"role": "assistant", "content": None}
             if kind == "call":

@@ -106,6 +106,17 @@ async def test_persistent_infrastructure_failures_are_excluded_and_counted(contr
     assert s["overall"]["infra_failures"] == 2 and s["overall"]["n"] == 4
 
 
+async def test_context_overflow_is_the_models_failure_not_retried(controller, model):
+    fake_controller, url = controller
+    fake_model, base_url = model()
+    fake_model.context_overflow = {"river"}
+    result = await evaluate(config(url, base_url, limit=2))
+    river = result.episodes[1]
+    assert (river.status, river.reward, river.scored, river.attempts) == ("agent context limit", 0.0, True, 1)
+    assert fake_controller.starts[1] == 1 and len(fake_controller.cancelled) == 1
+    assert summarize(result)["tasks"]["echo"]["success_rate"] == 0.5
+
+
 async def test_all_episodes_failing_gives_null_rates(controller, model):
     fake_controller, url = controller
     _, base_url = model()
