@@ -48,21 +48,28 @@ async def _runtime(config: dict[str, Any]) -> AsyncIterator[TaskRuntime]:
         await runtime.close()
 
 
+def _config(backend: str) -> dict[str, Any]:
+    if backend == "sqlite":
+        return {"backend": "sqlite", "statement_timeout_s": 1}
+    if not MYSQL_URL:
+        pytest.skip('set AGENTRL_TEST_MYSQL_URL (e.g. eval "$(.ci/mariadb.sh | tail -n1)")')
+    return {"backend": "mysql", "mysql_url": MYSQL_URL, "statement_timeout_s": 1}
+
+
 @pytest.fixture
 async def sqlite_runtime() -> AsyncIterator[TaskRuntime]:
-    async for runtime in _runtime({"backend": "sqlite", "statement_timeout_s": 1}):
+    async for runtime in _runtime(_config("sqlite")):
         yield runtime
 
 
 @pytest.fixture
 async def mysql_runtime() -> AsyncIterator[TaskRuntime]:
-    if not MYSQL_URL:
-        pytest.skip('set AGENTRL_TEST_MYSQL_URL (e.g. eval "$(.ci/mariadb.sh | tail -n1)")')
-    async for runtime in _runtime({"backend": "mysql", "mysql_url": MYSQL_URL, "statement_timeout_s": 1}):
+    async for runtime in _runtime(_config("mysql")):
         yield runtime
 
 
 @pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mariadb)])
-async def runtime(request: pytest.FixtureRequest) -> TaskRuntime:
+async def runtime(request: pytest.FixtureRequest) -> AsyncIterator[TaskRuntime]:
     """Both backends: every behaviour test runs on SQLite, and on MariaDB when one is configured."""
-    return request.getfixturevalue(f"{request.param}_runtime")
+    async for runtime in _runtime(_config(request.param)):
+        yield runtime
