@@ -1,0 +1,223 @@
+"""Every task as a ``gymnasium.Env`` whose actions are assistant messages with tool calls.
+
+``make("db", split="dev")`` runs the task in-process; ``make("db", controller=URL)`` runs the same
+episode on a worker behind a controller. Both behave identically:
+
+* ``reset(seed=None, options={"index": i})`` → ``({"messages": opening, "tools": tools}, info)``;
+  without an index the sample is drawn with the env's seeded RNG;
+* ``step(assistant_message)`` → ``({"messages": new, "tools": tools}, reward, terminated,
+  truncated, info)`` where *truncated* means the task's turn limit ended the episode and
+  ``info`` holds ``status`` and ``metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.error import ResetNeeded
+from pydantic import ValidationError
+
+from .client import ControllerClient
+from .episode import Episode, TaskRuntime
+from .registry import get_task
+from .schema import EnvOutput, Message, SampleStatus
+
+_WORDS = ("select", "table", "name", "count", "value", "id", "list", "42", "true", "x")
+
+
+def _valid_messages(messages: Any, roles: set[str] | None = None) -> bool:
+    if not isinstance(messages, list):
+        return False
+    try:
+        parsed = [Message.model_validate(m) for m in messages]
+    except ValidationError:
+        return False
+    return roles is None or all(m.role in roles for m in parsed)
+
+
+class ObservationSpace(gym.spaces.Space[dict[str, Any]]):
+    """``{"messages": [OpenAI chat messages], "tools": [OpenAI tool definitions]}``."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, dict) and set(x) == {"messages", "tools"} and _valid_messages(x["messages"]) and isinstance(x["tools"], list)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> dict[str, Any]:
+        return {"messages": [{"role": "user", "content": str(self.np_random.choice(_WORDS))}], "tools": []}
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+
+class ActionSpace(gym.spaces.Space[dict[str, Any]]):
+    """An assistant message; ``sample()`` calls a random tool with arguments drawn from its schema."""
+
+    def __init__(self, tools: list[dict[str, Any]], seed: int | None = None) -> None:
+        super().__init__(seed=seed)
+        self.tools = tools
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, dict) and _valid_messages([x], {"assistant"})
+
+    def _value(self, schema: dict[str, Any]) -> Any:
+        kind = schema.get("type", "string")
+        if kind == "array":
+            return [self._value(schema.get("items", {})) for _ in range(int(self.np_random.integers(0, 3)))]
+        if kind == "integer":
+            return int(self.np_random.integers(0, 100))
+        if kind == "number":
+            return float(self.np_random.random())
+        if kind == "boolean":
+            return bool(self.np_random.integers(0, 2))
+        return str(self.np_random.choice(_WORDS))
+
+    def sample(self, mask: Any = None, probability: Any = None) -> dict[str, Any]:
+        if not self.tools:
+            return {"role": "assistant", "content": str(self.np_random.choice(_WORDS))}
+        fn = self.tools[int(self.np_random.integers(0, len(self.tools)))]["function"]
+        props = fn.get("parameters", {}).get("properties", {})
+        args = {name: self._value(schema) for name, schema in props.items()}
+        call_id = f"call_{int(self.np_random.integers(0, 2**31)):08x}"
+        call = {"id": call_id, "type": "function", "function": {"name": fn["name"], "arguments": json.dumps(args)}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+
+class AgentEnv(gym.Env[dict[str, Any], dict[str, Any]]):
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self,
+        task: str,
+        *,
+        split: str | None = None,
+        data: str | None = None,
+        options: dict[str, Any] | None = None,
+        controller: str | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.task = task
+        self.render_mode = render_mode
+        self._transcript: list[dict[str, Any]] = []
+        self._episode: Episode | None = None
+        self._session_id: int | None = None
+        self._done = True
+        self._client: ControllerClient | None = None
+        self._runtime: TaskRuntime | None = None
+        self._loop: asyncio.Runner | None = None
+        if controller:
+            self._client = ControllerClient(controller)
+            self._indices = list(self._client.get_indices(task))
+            tools: list[dict[str, Any]] = []
+        else:
+            cls = get_task(task)
+            split = split if split or data else (cls.splits[0] if cls.splits else None)
+            self._runtime = TaskRuntime(cls, split=split, data=data, config=options)
+            self._loop = asyncio.Runner()
+            self._loop.run(self._runtime.open())
+            self._indices = self._runtime.indices
+            tools = cls.tool_definitions()
+        self.observation_space = ObservationSpace()
+        self.action_space = ActionSpace(tools)
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return self.action_space.tools
+
+    def _end_session(self) -> None:
+        if self._episode is not None and not self._episode.closed:
+            assert self._loop is not None
+            self._loop.run(self._episode.close())
+        if self._client is not None and self._session_id is not None and not self._done:
+            self._client.cancel(self._session_id)
+        self._episode, self._session_id, self._done = None, None, True
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        self._end_session()
+        if options and "index" in options:
+            index = options["index"]
+        else:
+            index = self._indices[int(self.np_random.integers(0, len(self._indices)))]
+        if self._client is not None:
+            self._session_id, first = self._client.start_sample(self.task, index)
+            messages, tools, finished = first.messages, first.tools, first.finish
+        else:
+            assert self._runtime is not None and self._loop is not None
+            self._episode = self._runtime.episode(index)
+            out = self._loop.run(self._episode.start())
+            messages, tools, finished = out.messages, out.tools or [], out.finish
+        self.action_space.tools[:] = tools
+        self._done = finished
+        self._transcript = list(messages)
+        info = {"index": index, "session_id": self._session_id}
+        return {"messages": list(messages), "tools": list(tools)}, info
+
+    def step(self, action: dict[str, Any] | Message) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self._done:
+            raise ResetNeeded("the episode has ended (or never started): call reset() first")
+        message = action.model_dump(mode="json", exclude_none=True) if isinstance(action, Message) else action
+        if self._client is not None and self._session_id is not None:
+            r = self._client.interact(self._session_id, [message])
+            out = EnvOutput(messages=r.messages, status=r.status, finish=r.finish, reward=r.reward, metric=r.metrics)
+        else:
+            assert self._episode is not None and self._loop is not None
+            out = self._loop.run(self._episode.step([message]))
+        self._done = out.finish
+        self._transcript += [message, *out.messages]
+        truncated = out.status == SampleStatus.TASK_LIMIT_REACHED
+        terminated = out.finish and not truncated
+        info = {"status": out.status.value, "metrics": out.metric}
+        return {"messages": list(out.messages), "tools": list(self.tools)}, float(out.reward), terminated, truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        lines = []
+        for m in self._transcript:
+            calls = " ".join(f"{c['function']['name']}({c['function']['arguments']})" for c in m.get("tool_calls") or [])
+            lines.append(f"[{m['role']}] {m.get('content') or ''}{(' ' + calls) if calls else ''}")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        self._end_session()
+        if self._runtime is not None and self._loop is not None:
+            self._loop.run(self._runtime.close())
+            self._loop.close()
+            self._runtime, self._loop = None, None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        super().close()
+
+
+def register_all() -> list[str]:
+    """Register ``agentrl/<task>-v0`` with gymnasium for every installed task (idempotent)."""
+    from .registry import task_names
+
+    ids = []
+    for name in task_names():
+        env_id = f"agentrl/{name}-v0"
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point="agentrl_envs.gym_env:AgentEnv", kwargs={"task": name}, disable_env_checker=True)
+        ids.append(env_id)
+    return ids
+
+
+def make(task: str, **kwargs: Any) -> AgentEnv:
+    """``make("db", split="dev")`` (in-process) or ``make("db", controller="http://...")``."""
+    return AgentEnv(task, **kwargs)
+
+
+__all__ = ["ActionSpace", "AgentEnv", "ObservationSpace", "make", "register_all"]
