@@ -18,6 +18,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..errors import AgentRLEnvsError
 from .config import EvalConfig
 from .report import print_table, summarize, write_outputs
 from .runner import EvalResult, evaluate
@@ -94,8 +95,12 @@ def embedded_services(config: EvalConfig) -> Iterator[EvalConfig]:
                 kwargs["split"] = config.split
             changes["controller"] = stack.enter_context(LocalStack(**kwargs)).url
         if config.base_url is None:
-            from ..models.launch import LocalModelServer
-
+            try:
+                from ..models.launch import LocalModelServer
+            except ImportError as e:
+                raise AgentRLEnvsError(
+                    f"the built-in model server is unavailable ({e}); pass --base-url, or install agentrl-envs[local]"
+                ) from None
             changes["base_url"] = stack.enter_context(LocalModelServer()).base_url
             changes["api_key"] = "EMPTY"
         yield dataclasses.replace(config, **changes)
@@ -121,12 +126,18 @@ def run_eval(args: argparse.Namespace | Mapping[str, Any]) -> int:
     """The CLI entry: ``args`` holds EvalConfig's fields by name (``tasks`` may be ``"db,os"``).
 
     Returns the process exit code: 0 when every episode was scored, 3 when some episodes are
-    infrastructure failures (the files are written either way).
+    infrastructure failures (the files are written either way). A bad option raises
+    :class:`~agentrl_envs.errors.AgentRLEnvsError` with a message for the user.
     """
     values = dict(vars(args) if isinstance(args, argparse.Namespace) else args)
-    if values.get("option"):
-        values["task_options"] = parse_options(values.pop("option"))
-    result = run(EvalConfig.from_args(values))
+    try:
+        options = parse_options(values.pop("option", None))
+        if options:
+            values["task_options"] = {**(values.get("task_options") or {}), **options}
+        config = EvalConfig.from_args(values)
+    except ValueError as e:
+        raise AgentRLEnvsError(f"eval: {e}") from None
+    result = run(config)
     return 0 if all(ep.scored for ep in result.episodes) else 3
 
 

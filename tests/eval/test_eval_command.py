@@ -80,6 +80,15 @@ def test_cli_parses_flags_and_exit_code_reports_infra_failures(stand_ins, tmp_pa
     assert summary["tasks"]["echo"]["infra_failures"] == 1 and summary["tasks"]["echo"]["n"] == 1
 
 
+def test_bad_options_are_user_errors(tmp_path):
+    from agentrl_envs.errors import AgentRLEnvsError
+
+    with pytest.raises(AgentRLEnvsError, match="concurrency"):
+        run_eval({"tasks": "echo", "concurrency": 0, "output": tmp_path})
+    with pytest.raises(AgentRLEnvsError, match="TASK.KEY=VALUE"):
+        run_eval({"tasks": "echo", "option": ["nodot=1"], "output": tmp_path})
+
+
 def test_parse_options():
     assert parse_options(["db.backend=sqlite", "db.x=a=b", "os.y="]) == {"db": {"backend": "sqlite", "x": "a=b"}, "os": {"y": ""}}
     with pytest.raises(ValueError, match="TASK.KEY=VALUE"):
