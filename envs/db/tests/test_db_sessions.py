@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from db_helpers import call, replay, sql
 
 from agentrl_envs import SampleStatus, TaskRuntime
-
-from .conftest import call, replay, sql
 
 AMBASSADORS = "`US Ambassadors and Envoy Extraordinary to Colombia`"
 INSERT_SAMPLE = 20  # an INSERT into `School Location Table`

@@ -4,10 +4,9 @@ AgentBench's MySQL 8 ``answer_md5`` for all 40 mutations and the SELECT scoring 
 from __future__ import annotations
 
 import pytest
+from db_helpers import replay
 
 from agentrl_envs import TaskRuntime
-
-from .conftest import replay
 
 
 async def _all_rewards(runtime: TaskRuntime) -> dict[int, float]:
