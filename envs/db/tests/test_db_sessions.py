@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from agentrl_env_db import DBTask
 from db_helpers import call, replay, sql
 
 from agentrl_envs import SampleStatus, TaskRuntime
@@ -181,3 +182,23 @@ async def test_mysql_teardown_drops_database_and_user(mysql_runtime: TaskRuntime
     await ep.step([call("commit_final_answer", answers=["x"])])
     assert await admin(f"SHOW DATABASES LIKE '{name}'") == []
     assert await admin(f"SELECT User FROM mysql.user WHERE User = '{name}'") == []
+
+
+async def test_empty_answer_md5_is_computed_from_gold_sql(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """AgentBench's fallback: no expected hash → run the gold SQL on a scratch database and hash that."""
+    import json
+
+    from db_helpers import replay
+
+    sample = TaskRuntime(DBTask, split="dev").samples[INSERT_SAMPLE] | {"answer_md5": ""}
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(sample) + "\n")
+    rt = TaskRuntime(DBTask, data=path)
+    await rt.open()
+    try:
+        assert await replay(rt, 0) == 1.0
+        ep = rt.episode(0)
+        await ep.start()
+        assert (await ep.step([call("commit_final_answer", answers=[])])).reward == 0.0
+    finally:
+        await rt.close()
