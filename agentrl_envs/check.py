@@ -42,11 +42,21 @@ class CheckReport:
         return self.solved / self.total if self.total else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"task": self.task, "total": self.total, "solved": self.solved, "rate": self.rate, "samples": [asdict(s) for s in self.samples]}
+        return {
+            "task": self.task,
+            "total": self.total,
+            "solved": self.solved,
+            "rate": self.rate,
+            "samples": [asdict(s) for s in self.samples],
+        }
 
 
 def assistant_turn(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    call = {
+        "id": f"call_{uuid.uuid4().hex[:12]}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
     return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
@@ -72,13 +82,21 @@ async def _check_one(client: AsyncControllerClient, task: str, index: int, solut
 
 
 async def check_task(
-    controller_url: str, task_cls: type[Task], *, split: str | None = None, data: str | Path | None = None, concurrency: int = 8, progress: bool = True
+    controller_url: str,
+    task_cls: type[Task],
+    *,
+    split: str | None = None,
+    data: str | Path | None = None,
+    concurrency: int = 8,
+    progress: bool = True,
 ) -> CheckReport:
     samples = task_cls.load_samples(split=split, data=data)
     async with AsyncControllerClient(controller_url) as client:
         indices = await client.get_indices(task_cls.name)
         if len(indices) != len(samples):
-            raise AgentRLEnvsError(f"the worker serves {len(indices)} samples of {task_cls.name!r}, this checker loaded {len(samples)}: same split/data?")
+            raise AgentRLEnvsError(
+                f"the worker serves {len(indices)} samples of {task_cls.name!r}, this checker loaded {len(samples)}: same split/data?"
+            )
         gate = asyncio.Semaphore(concurrency)
         bar = tqdm(total=len(samples), desc=f"check {task_cls.name}", disable=not progress, unit="sample")
 

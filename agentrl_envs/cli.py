@@ -30,7 +30,9 @@ from .errors import AgentRLEnvsError
 def _uvicorn_run(app: Any, host: str, port: int, log_level: str) -> None:
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, loop="uvloop", http="httptools", timeout_keep_alive=75)
+    uvicorn.run(
+        app, host=host, port=port, log_level=log_level, access_log=False, loop="uvloop", http="httptools", timeout_keep_alive=75
+    )
 
 
 def task_options(task: str, pairs: list[str] | None) -> dict[str, Any]:
@@ -71,7 +73,9 @@ def cmd_worker(a: argparse.Namespace) -> int:
     split = a.split if a.split or a.data else (cls.splits[0] if cls.splits else None)
     runtime = TaskRuntime(cls, split=split, data=a.data, config=task_options(a.task, a.option))
     self_address = a.self_address or f"http://{a.host}:{a.port}/api"
-    service = WorkerService(runtime, concurrency=a.concurrency, idle_timeout=a.idle_timeout, controller_url=a.controller, self_address=self_address)
+    service = WorkerService(
+        runtime, concurrency=a.concurrency, idle_timeout=a.idle_timeout, controller_url=a.controller, self_address=self_address
+    )
     print(f"worker {a.task!r} ({len(runtime.indices)} samples) at {self_address}", flush=True)
     _uvicorn_run(create_worker_app(service), a.host, a.port, a.log_level)
     return 0
@@ -110,7 +114,9 @@ def cmd_list(a: argparse.Namespace) -> int:
                 size: Any = len(cls.load_samples(split=split)) if split != "-" else "-"
             except Exception as e:  # a broken task must not hide the others
                 size = f"error: {e}"
-            rows.append({"task": name, "split": split, "samples": size, "max_turns": cls.max_turns, "tools": list(cls.tool_specs())})
+            rows.append(
+                {"task": name, "split": split, "samples": size, "max_turns": cls.max_turns, "tools": list(cls.tool_specs())}
+            )
     if a.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -166,7 +172,9 @@ def cmd_serve_model(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentrl-envs", description="Multi-turn tool-calling tasks behind an AgentRL-compatible controller.")
+    p = argparse.ArgumentParser(
+        prog="agentrl-envs", description="Multi-turn tool-calling tasks behind an AgentRL-compatible controller."
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     def server_args(sp: argparse.ArgumentParser, port: int) -> None:
@@ -182,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("controller", help="run the controller")
     server_args(sp, 5020)
-    sp.add_argument("--heartbeat-timeout", type=float, default=11.0, help="seconds of silence before a worker gets no new sessions")
+    sp.add_argument(
+        "--heartbeat-timeout", type=float, default=11.0, help="seconds of silence before a worker gets no new sessions"
+    )
     sp.add_argument("--idle-timeout", type=float, default=300.0, help="seconds before an idle session is cancelled")
     sp.set_defaults(func=cmd_controller)
 
@@ -191,7 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     server_args(sp, 5021)
     data_args(sp)
     sp.add_argument("--controller", help="controller URL to register with, e.g. http://127.0.0.1:5020/api")
-    sp.add_argument("--self", dest="self_address", help="this worker's URL as the controller reaches it (default http://HOST:PORT/api)")
+    sp.add_argument(
+        "--self", dest="self_address", help="this worker's URL as the controller reaches it (default http://HOST:PORT/api)"
+    )
     sp.add_argument("--concurrency", type=int, help="max concurrent sessions (default: the task's)")
     sp.add_argument("--idle-timeout", type=float, default=300.0)
     sp.set_defaults(func=cmd_worker)
@@ -236,7 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(args, "log_level", "warning").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         return args.func(args)
     except AgentRLEnvsError as e:

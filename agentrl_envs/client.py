@@ -27,7 +27,14 @@ from .schema import InteractResponse, Message, SampleIndex, StartSampleResponse
 
 _BY_CODE: dict[str, type[AgentRLEnvsError]] = {
     cls.code: cls
-    for cls in (NoWorkerError, WorkerUnreachableError, UnknownSessionError, UnknownSampleError, SessionBusyError, SessionFinishedError)
+    for cls in (
+        NoWorkerError,
+        WorkerUnreachableError,
+        UnknownSessionError,
+        UnknownSampleError,
+        SessionBusyError,
+        SessionFinishedError,
+    )
 }
 
 
@@ -93,13 +100,17 @@ class AsyncControllerClient:
     async def get_indices(self, task: str) -> list[SampleIndex]:
         return (await self._request("GET", "get_indices", params={"name": task})).json()
 
-    async def start_sample(self, task: str, index: SampleIndex, custom_task: dict[str, Any] | None = None) -> tuple[int, StartSampleResponse]:
+    async def start_sample(
+        self, task: str, index: SampleIndex, custom_task: dict[str, Any] | None = None
+    ) -> tuple[int, StartSampleResponse]:
         body = {"name": task, "index": index, "custom_task": custom_task}
         response = await self._request("POST", "start_sample", json=body)
         return int(response.headers["session_id"]), StartSampleResponse.model_validate(response.json())
 
     async def interact(self, session_id: int, messages: list[dict[str, Any]] | list[Message]) -> InteractResponse:
-        response = await self._request("POST", "interact", headers={"session_id": str(session_id)}, json={"messages": _messages(messages)})
+        response = await self._request(
+            "POST", "interact", headers={"session_id": str(session_id)}, json={"messages": _messages(messages)}
+        )
         return InteractResponse.model_validate(response.json())
 
     async def cancel(self, session_id: int) -> None:
@@ -132,12 +143,16 @@ class ControllerClient:
     def get_indices(self, task: str) -> list[SampleIndex]:
         return self._request("GET", "get_indices", params={"name": task}).json()
 
-    def start_sample(self, task: str, index: SampleIndex, custom_task: dict[str, Any] | None = None) -> tuple[int, StartSampleResponse]:
+    def start_sample(
+        self, task: str, index: SampleIndex, custom_task: dict[str, Any] | None = None
+    ) -> tuple[int, StartSampleResponse]:
         response = self._request("POST", "start_sample", json={"name": task, "index": index, "custom_task": custom_task})
         return int(response.headers["session_id"]), StartSampleResponse.model_validate(response.json())
 
     def interact(self, session_id: int, messages: list[dict[str, Any]] | list[Message]) -> InteractResponse:
-        response = self._request("POST", "interact", headers={"session_id": str(session_id)}, json={"messages": _messages(messages)})
+        response = self._request(
+            "POST", "interact", headers={"session_id": str(session_id)}, json={"messages": _messages(messages)}
+        )
         return InteractResponse.model_validate(response.json())
 
     def cancel(self, session_id: int) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import DataError, ModelError, SessionFinishedError, ToolCallError, UnknownSampleError
+from .errors import DataError, InvalidRequestError, SessionFinishedError, ToolCallError, UnknownSampleError
 from .schema import EnvOutput, Message, SampleIndex, SampleStatus, ToolCall
 from .task import Task
 
@@ -66,7 +66,10 @@ class Episode:
         except Exception as e:
             await self._fail(e, "setup")
             return self._output([], type(self.task).tool_definitions())
-        return self._output([Message.model_validate(m).model_dump(mode="json", exclude_none=True) for m in opening], type(self.task).tool_definitions())
+        return self._output(
+            [Message.model_validate(m).model_dump(mode="json", exclude_none=True) for m in opening],
+            type(self.task).tool_definitions(),
+        )
 
     async def step(self, messages: list[dict[str, Any]] | list[Message]) -> EnvOutput:
         if self.finished:
@@ -74,7 +77,7 @@ class Episode:
         try:
             parsed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
         except ValidationError as e:
-            raise ModelError(f"invalid assistant message: {e.errors()[0].get('msg')}") from None
+            raise InvalidRequestError(f"invalid assistant message: {e.errors()[0].get('msg')}") from None
         calls = [c for m in parsed if m.role == "assistant" for c in (m.tool_calls or [])]
         self.turns += 1
         new: list[dict[str, Any]] = []
@@ -183,7 +186,9 @@ class TaskRuntime:
         if isinstance(index, str) and index.lstrip("-").isdigit():
             index = int(index)
         if not isinstance(index, int) or not 0 <= index < len(self.samples):
-            raise UnknownSampleError(f"task {self.name!r} has no sample {index!r} (indices 0..{len(self.samples) - 1})", index=index)
+            raise UnknownSampleError(
+                f"task {self.name!r} has no sample {index!r} (indices 0..{len(self.samples) - 1})", index=index
+            )
         return self.samples[index]
 
     def episode(self, index: SampleIndex, custom_task: dict[str, Any] | None = None) -> Episode:

@@ -1,20 +1,21 @@
 """Exceptions of agentrl-envs, split by who is at fault.
 
-    AgentRLEnvsError
-    ├── ModelError                 the model's action was bad; answered to the model, scored
-    │   └── ToolCallError          bad tool call: invalid JSON, unknown tool, wrong arguments
-    ├── TaskError                  the task itself failed (bug, broken data); status "task error"
-    │   └── DataError              a split or data file is missing or malformed
-    ├── InfrastructureError        the transport failed; retried or dropped, never scored 0
-    │   ├── CapacityError          the worker is full (HTTP 406), carries active/max sessions
-    │   ├── NoWorkerError          no live worker serves the task (HTTP 503)
-    │   ├── WorkerUnreachableError the worker died or cannot be reached
-    │   └── ControllerError        a controller request failed (carries status code and body)
-    └── SessionError               the client misused a session (HTTP 4xx)
-        ├── UnknownSampleError     no such sample index in the task
-        ├── UnknownSessionError    no such session (it never existed, expired or ended)
-        ├── SessionBusyError       an interact is already in flight for the session
-        └── SessionFinishedError   the episode has already ended
+AgentRLEnvsError
+├── ModelError                 the model's action was bad; answered to the model, scored
+│   └── ToolCallError          bad tool call: invalid JSON, unknown tool, wrong arguments
+├── TaskError                  the task itself failed (bug, broken data); status "task error"
+│   └── DataError              a split or data file is missing or malformed
+├── InfrastructureError        the transport failed; retried or dropped, never scored 0
+│   ├── CapacityError          the worker is full (HTTP 406), carries active/max sessions
+│   ├── NoWorkerError          no live worker serves the task (HTTP 503)
+│   ├── WorkerUnreachableError the worker died or cannot be reached
+│   └── ControllerError        a controller request failed (carries status code and body)
+└── SessionError               the client misused the API (HTTP 4xx)
+    ├── InvalidRequestError    a body that is not what the endpoint takes (HTTP 422)
+    ├── UnknownSampleError     no such sample index in the task
+    ├── UnknownSessionError    no such session (it never existed, expired or ended)
+    ├── SessionBusyError       an interact is already in flight for the session
+    └── SessionFinishedError   the episode has already ended
 """
 
 from __future__ import annotations
@@ -88,6 +89,11 @@ class ControllerError(InfrastructureError):
 class SessionError(AgentRLEnvsError):
     code = "session_error"
     http_status = 400
+
+
+class InvalidRequestError(SessionError):
+    code = "invalid_request"
+    http_status = 422
 
 
 class UnknownSampleError(SessionError):

@@ -45,7 +45,12 @@ class ObservationSpace(gym.spaces.Space[dict[str, Any]]):
         super().__init__(seed=seed)
 
     def contains(self, x: Any) -> bool:
-        return isinstance(x, dict) and set(x) == {"messages", "tools"} and _valid_messages(x["messages"]) and isinstance(x["tools"], list)
+        return (
+            isinstance(x, dict)
+            and set(x) == {"messages", "tools"}
+            and _valid_messages(x["messages"])
+            and isinstance(x["tools"], list)
+        )
 
     def sample(self, mask: Any = None, probability: Any = None) -> dict[str, Any]:
         return {"messages": [{"role": "user", "content": str(self.np_random.choice(_WORDS))}], "tools": []}

@@ -106,7 +106,12 @@ class LocalStack:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         level = ["--log-level", "warning"] if self.quiet else []
         self.processes.append(
-            ManagedProcess("controller", _cli("controller", "--host", self.host, "--port", str(self.port), *level), self.log_dir / "controller.log", env)
+            ManagedProcess(
+                "controller",
+                _cli("controller", "--host", self.host, "--port", str(self.port), *level),
+                self.log_dir / "controller.log",
+                env,
+            )
         )
         for task in self.tasks:
             args = ["worker", task, "--controller", self.url, "--host", self.host, "--port", str(free_port(self.host)), *level]
@@ -126,7 +131,9 @@ class LocalStack:
             while pending:
                 for p in self.processes:
                     if not p.alive():
-                        raise InfrastructureError(f"{p.name} exited with code {p.proc.returncode} during start-up:\n{p.log_tail()}")
+                        raise InfrastructureError(
+                            f"{p.name} exited with code {p.proc.returncode} during start-up:\n{p.log_tail()}"
+                        )
                 try:
                     workers = http.get(f"{self.url}/api/list_workers").json()
                     pending = {t for t in self.tasks if not any(w["alive"] for w in workers.get(t, []))}

@@ -74,7 +74,11 @@ class ToolSpec:
     def definition(self) -> dict[str, Any]:
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": _clean_schema(self.arguments.model_json_schema())},
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": _clean_schema(self.arguments.model_json_schema()),
+            },
         }
 
     def validate(self, raw: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,11 @@ import uvloop
 
 from agentrl_envs.stack import ManagedProcess, free_port
 
-STEP = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "echo", "arguments": '{"text": "ping"}'}}]}
+STEP = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "echo", "arguments": '{"text": "ping"}'}}],
+}
 
 
 def wait_http(url: str, timeout: float = 60.0) -> None:
@@ -118,13 +122,18 @@ def main() -> int:
 
     # Direct: one worker, no controller.
     wport = free_port()
-    worker = ManagedProcess("worker", [*cli, "worker", "echo", "--port", str(wport), "--concurrency", "100000", *quiet], logs / "worker-direct.log")
+    worker = ManagedProcess(
+        "worker", [*cli, "worker", "echo", "--port", str(wport), "--concurrency", "100000", *quiet], logs / "worker-direct.log"
+    )
     try:
         wait_http(f"http://127.0.0.1:{wport}/health")
         for n in levels:
             r = uvloop.run(drive(f"http://127.0.0.1:{wport}", "direct", n, a.duration, a.warmup))
             results["direct"].append(r)
-            print(f"direct      {n:>5} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}", flush=True)
+            print(
+                f"direct      {n:>5} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}",
+                flush=True,
+            )
     finally:
         worker.stop()
 
@@ -133,7 +142,9 @@ def main() -> int:
     curl = f"http://127.0.0.1:{cport}"
     controller = ManagedProcess("controller", [*cli, "controller", "--port", str(cport), *quiet], logs / "controller.log")
     worker = ManagedProcess(
-        "worker", [*cli, "worker", "echo", "--port", str(wport), "--controller", curl, "--concurrency", "100000", *quiet], logs / "worker.log"
+        "worker",
+        [*cli, "worker", "echo", "--port", str(wport), "--controller", curl, "--concurrency", "100000", *quiet],
+        logs / "worker.log",
     )
     try:
         wait_http(f"{curl}/health")
@@ -143,7 +154,10 @@ def main() -> int:
         for n in levels:
             r = uvloop.run(drive(curl, "controller", n, a.duration, a.warmup))
             results["controller"].append(r)
-            print(f"controller  {n:>5} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}", flush=True)
+            print(
+                f"controller  {n:>5} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}",
+                flush=True,
+            )
     finally:
         worker.stop()
         controller.stop()
@@ -153,13 +167,17 @@ def main() -> int:
         ratios.append(
             {
                 "sessions": d["sessions"],
-                "throughput_ratio_direct_over_controller": d["steps_per_s"] / c["steps_per_s"] if c["steps_per_s"] else float("inf"),
+                "throughput_ratio_direct_over_controller": d["steps_per_s"] / c["steps_per_s"]
+                if c["steps_per_s"]
+                else float("inf"),
                 "p50_ratio_controller_over_direct": c["p50_ms"] / d["p50_ms"],
             }
         )
     print("\ncost of the controller path (direct/controller throughput, controller/direct p50):")
     for r in ratios:
-        print(f"  {r['sessions']:>5} sessions: {r['throughput_ratio_direct_over_controller']:.2f}x throughput, {r['p50_ratio_controller_over_direct']:.2f}x p50")
+        print(
+            f"  {r['sessions']:>5} sessions: {r['throughput_ratio_direct_over_controller']:.2f}x throughput, {r['p50_ratio_controller_over_direct']:.2f}x p50"
+        )
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"duration_s": a.duration, "cpus": os.cpu_count(), **results, "ratios": ratios}, indent=2))

@@ -13,7 +13,7 @@ from fastapi import FastAPI, Header, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..errors import AgentRLEnvsError, SessionError
+from ..errors import AgentRLEnvsError, InvalidRequestError, SessionError
 from ..httpapi import install_error_handlers, json_response, parse_body
 from ..schema import HeartbeatRequest, MarkStaleRequest, StartSampleRequest
 from .service import VERSION, ControllerService
@@ -38,7 +38,7 @@ async def _interact(service: ControllerService, session_id: str | None, raw: byt
         raise SessionError(f"request body is not valid JSON: {e}") from None
     messages = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise SessionError('request body must be {"messages": [assistant message, ...]}', status_code=422)
+        raise InvalidRequestError('request body must be {"messages": [assistant message, ...]}')
     return await service.interact(sid, messages)
 
 

@@ -28,6 +28,7 @@ import orjson
 
 from ..errors import (
     CapacityError,
+    InvalidRequestError,
     NoWorkerError,
     SessionBusyError,
     SessionError,
@@ -189,7 +190,9 @@ class ControllerService:
             return s
         if sid in self.ended:
             status, why = self.ended[sid]
-            raise SessionFinishedError(f"session {sid} already ended with status {status!r}" + (f": {why}" if why else ""), status=status)
+            raise SessionFinishedError(
+                f"session {sid} already ended with status {status!r}" + (f": {why}" if why else ""), status=status
+            )
         raise UnknownSessionError(f"no session {sid}")
 
     async def _post(self, w: Worker, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
@@ -213,15 +216,25 @@ class ControllerService:
             if not candidates:
                 if not tried and not self._workers_of(name):
                     raise NoWorkerError(self._no_worker_message(name))
-                raise CapacityError(f"every worker of task {name!r} is full", active_sessions=self._active(name), max_sessions=self._capacity(name))
+                raise CapacityError(
+                    f"every worker of task {name!r} is full",
+                    active_sessions=self._active(name),
+                    max_sessions=self._capacity(name),
+                )
             w = max(candidates, key=Worker.free)
             if w.free() <= 0:
-                raise CapacityError(f"every worker of task {name!r} is full", active_sessions=self._active(name), max_sessions=self._capacity(name))
+                raise CapacityError(
+                    f"every worker of task {name!r} is full",
+                    active_sessions=self._active(name),
+                    max_sessions=self._capacity(name),
+                )
             tried.add(w.id)
             sid = next(self._ids)
             w.sessions.add(sid)  # reserve the slot before awaiting
             try:
-                status, body = await self._post(w, "start_sample", {"index": index, "custom_task": custom_task, "session_id": sid}, self.interaction_timeout)
+                status, body = await self._post(
+                    w, "start_sample", {"index": index, "custom_task": custom_task, "session_id": sid}, self.interaction_timeout
+                )
             except WorkerUnreachableError as e:
                 w.sessions.discard(sid)
                 await self._worker_died(w, str(e))
@@ -271,7 +284,9 @@ class ControllerService:
         s.busy = True
         t0 = time.perf_counter()
         try:
-            status, body = await self._post(s.worker, "interact", {"session_id": sid, "messages": messages}, self.interaction_timeout)
+            status, body = await self._post(
+                s.worker, "interact", {"session_id": sid, "messages": messages}, self.interaction_timeout
+            )
         except WorkerUnreachableError as e:
             await self._worker_died(s.worker, str(e))
             return self._failed(sid, f"worker {s.worker.address} serving this session died: {e}")
@@ -283,8 +298,8 @@ class ControllerService:
             code = body.get("error") if isinstance(body, dict) else None
             if code in ("session_busy",) or status == 409 and code != "session_finished":
                 raise SessionBusyError(f"session {sid}: {detail}")
-            if status == 422 or code in ("invalid_request", "model_error"):
-                raise SessionError(f"session {sid}: {detail}", status_code=status)
+            if status == 422 or code == "invalid_request":
+                raise InvalidRequestError(f"session {sid}: {detail}")
             # The worker lost the session (restart, expiry): the episode cannot go on.
             return self._failed(sid, f"worker {s.worker.address} rejected the step ({status}): {detail}")
         out = self._client_view(body.get("env_out", {}) if isinstance(body, dict) else {})
@@ -321,7 +336,14 @@ class ControllerService:
     def list_sessions(self) -> list[dict[str, Any]]:
         now = time.monotonic()
         return [
-            {"session_id": s.id, "name": s.name, "index": s.index, "worker_id": s.worker.id, "busy": s.busy, "idle_s": round(now - s.last_active, 3)}
+            {
+                "session_id": s.id,
+                "name": s.name,
+                "index": s.index,
+                "worker_id": s.worker.id,
+                "busy": s.busy,
+                "idle_s": round(now - s.last_active, 3),
+            }
             for s in self.sessions.values()
         ]
 

