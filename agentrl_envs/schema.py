@@ -15,11 +15,11 @@ Conventions
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SampleIndex = Union[int, str]
+SampleIndex = int | str
 
 # --------------------------------------------------------------------------- statuses
 

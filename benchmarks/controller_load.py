@@ -163,7 +163,7 @@ def main() -> int:
         controller.stop()
 
     ratios = []
-    for d, c in zip(results["direct"], results["controller"]):
+    for d, c in zip(results["direct"], results["controller"], strict=True):
         ratios.append(
             {
                 "sessions": d["sessions"],
