@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,12 @@ from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.episode import TaskRuntime
 from agentrl_envs.stack import free_port
 from agentrl_envs.worker import WorkerService, create_worker_app
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # In CI the MariaDB tests must run for real, never skip quietly (.ci/run starts the server).
+    if os.environ.get("CI") == "true" and not os.environ.get("AGENTRL_TEST_MYSQL_URL"):
+        raise pytest.UsageError("CI=true but AGENTRL_TEST_MYSQL_URL is unset: .ci/run must start MariaDB")
 
 
 class ServerThread:

