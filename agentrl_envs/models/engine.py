@@ -16,10 +16,13 @@ One generation runs at a time (a lock); torch uses all cores for that one.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import inspect
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -62,15 +65,53 @@ def default_gguf_path() -> Path:
     return path
 
 
+def _cache_dir(gguf: Path) -> Path | None:
+    """Where the dequantized copy of a GGUF file is kept, or ``None`` when caching is off.
+
+    Dequantizing SmolLM2's GGUF takes ~30 s on 2 cores; reloading the fp32 safetensors copy
+    (~520 MB) takes under a second. ``AGENTRL_ENVS_MODEL_CACHE`` sets the root
+    (default ``~/.cache/agentrl-envs/models``); ``off`` disables the cache.
+    """
+    root = os.environ.get("AGENTRL_ENVS_MODEL_CACHE", "")
+    if root.lower() in ("off", "0", "false", "no"):
+        return None
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "agentrl-envs" / "models"
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return base / f"{gguf.stem}-{key}"
+
+
+def _save_cache(tokenizer: Any, lm: Any, target: Path) -> None:
+    """Write the dequantized model atomically (a temp dir renamed); failures only warn."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+        # the weights are plain fp32 after loading; the GGUF quantizer marker only blocks saving
+        lm.hf_quantizer = None
+        if hasattr(lm.config, "quantization_config"):
+            del lm.config.quantization_config
+        lm.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except OSError as exc:
+        log.warning("cannot cache the dequantized model in %s: %s", target, exc)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _load(model: str | os.PathLike[str] | None) -> tuple[Any, Any, str]:
     """(tokenizer, model, name) from a local HF directory or a .gguf file; offline only."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = default_gguf_path() if model is None else Path(model).expanduser()
     kwargs: dict[str, Any] = {"local_files_only": True}
+    cache: Path | None = None
     if path.is_file() and path.suffix == ".gguf":
-        directory, kwargs["gguf_file"] = str(path.parent), path.name
         name = DEFAULT_MODEL_NAME if model is None else path.stem
+        cache = _cache_dir(path)
+        if cache is not None and (cache / "config.json").is_file():
+            directory, cache = str(cache), None
+        else:
+            directory, kwargs["gguf_file"] = str(path.parent), path.name
     elif path.is_dir():
         directory, name = str(path), path.name
     else:
@@ -80,6 +121,8 @@ def _load(model: str | os.PathLike[str] | None) -> tuple[Any, Any, str]:
         lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **kwargs)
     except Exception as exc:  # transformers raises many kinds; the caller needs one
         raise ModelLoadError(f"cannot load the model at {path}: {type(exc).__name__}: {exc}", path=str(path)) from exc
+    if cache is not None:
+        _save_cache(tokenizer, lm, cache)
     lm.eval()
     return tokenizer, lm, name
 

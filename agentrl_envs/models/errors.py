@@ -1,10 +1,10 @@
 """Exceptions of the model server (all are :class:`agentrl_envs.errors.AgentRLEnvsError`).
 
-    AgentRLEnvsError
-    ├── InfrastructureError
-    │   └── ModelLoadError          the weights could not be found or loaded
-    └── BadModelRequestError        the request cannot be served as asked (HTTP 400)
-        └── ContextLengthError      prompt too long for the model's context window
+AgentRLEnvsError
+├── InfrastructureError
+│   └── ModelLoadError          the weights could not be found or loaded
+└── BadModelRequestError        the request cannot be served as asked (HTTP 400)
+    └── ContextLengthError      prompt too long for the model's context window
 """
 
 from __future__ import annotations
