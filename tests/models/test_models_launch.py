@@ -1,0 +1,43 @@
+"""LocalModelServer: a real child process, reached over HTTP, stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentrl_envs.models.errors import ModelLoadError
+from agentrl_envs.models.launch import LocalModelServer, free_port
+
+
+def test_free_port_is_bindable() -> None:
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_a_missing_model_fails_fast_with_the_server_log(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    with pytest.raises(ModelLoadError) as info:
+        with LocalModelServer(model=tmp_path / "nothing.gguf", startup_timeout=60):
+            pass
+    assert "exited with code" in str(info.value) and "no model at" in str(info.value)
+
+
+@pytest.mark.model
+def test_local_model_server_serves_and_stops() -> None:
+    with LocalModelServer(startup_timeout=180) as server:
+        assert server.base_url.endswith("/v1") and server.base_url.startswith("http://127.0.0.1:")
+        pid = server.process.pid  # type: ignore[union-attr]
+        r = httpx.post(
+            server.base_url + "/chat/completions",
+            json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 5, "temperature": 0},
+            timeout=60,
+        )
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 5
+    assert server.process is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
