@@ -23,7 +23,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 
 from ..errors import (
@@ -39,6 +38,7 @@ from ..errors import (
 )
 from ..schema import HeartbeatRequest, SampleIndex, SampleStatus
 from .metrics import ControllerMetrics
+from .upstream import UpstreamError, UpstreamPool
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +107,13 @@ class ControllerService:
         # Session ids are ints on AgentRL's wire; start from the clock so a restarted
         # controller does not hand out ids a worker may still hold.
         self._ids = itertools.count(int(time.time() * 1000) % 10**12)
-        self._http: aiohttp.ClientSession | None = None
+        self._http: UpstreamPool | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     async def startup(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-        self._http = aiohttp.ClientSession(connector=connector, json_serialize=lambda o: orjson.dumps(o).decode())
+        self._http = UpstreamPool()
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
     async def shutdown(self) -> None:
@@ -198,16 +197,10 @@ class ControllerService:
     async def _post(self, w: Worker, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
         assert self._http is not None, "controller not started"
         try:
-            async with self._http.post(
-                f"{w.address}/{path}",
-                data=orjson.dumps(body),
-                headers={"content-type": "application/json"},
-                timeout=aiohttp.ClientTimeout(total=timeout),
-            ) as resp:
-                raw = await resp.read()
-                return resp.status, orjson.loads(raw) if raw else None
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError, orjson.JSONDecodeError) as e:
-            raise WorkerUnreachableError(f"worker {w.address} failed on {path}: {e!r}") from e
+            status, raw = await self._http.post(w.address, path, orjson.dumps(body), timeout)
+            return status, orjson.loads(raw) if raw else None
+        except (UpstreamError, orjson.JSONDecodeError) as e:
+            raise WorkerUnreachableError(f"worker {w.address} failed on {path}: {e}") from e
 
     async def start_sample(self, name: str, index: SampleIndex, custom_task: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
         tried: set[str] = set()

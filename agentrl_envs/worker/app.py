@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from ..httpapi import install_error_handlers, json_response, parse_body
+from ..httpapi import FastRoutes, install_error_handlers, json_response, parse_body
 from ..schema import EnvOutput, WorkerCancelRequest, WorkerInteractRequest, WorkerStartSampleRequest
 from .service import WorkerService
 
@@ -26,7 +26,7 @@ def _env_out(out: EnvOutput, tools: bool) -> dict[str, Any]:
     return body
 
 
-def create_worker_app(service: WorkerService) -> FastAPI:
+def create_worker_app(service: WorkerService) -> FastRoutes:
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         await service.startup()
@@ -45,11 +45,15 @@ def create_worker_app(service: WorkerService) -> FastAPI:
         out = await service.start_sample(req.session_id, req.index, req.custom_task)
         return json_response(_env_out(out, tools=True), headers={"session_id": str(req.session_id)})
 
+    async def fast_interact(_: dict[bytes, bytes], body: bytes) -> dict[str, Any]:
+        req = parse_body(WorkerInteractRequest, body)
+        out = await service.interact(req.session_id, req.messages or [])
+        return {"session_id": req.session_id, "env_out": _env_out(out, tools=False)}
+
     @app.post("/api/interact")
     async def interact(request: Request) -> Response:
-        req = parse_body(WorkerInteractRequest, await request.body())
-        out = await service.interact(req.session_id, req.messages or [])
-        return json_response({"session_id": req.session_id, "env_out": _env_out(out, tools=False)})
+        # Served by the FastRoutes front below; this route documents it in the OpenAPI schema.
+        return json_response(await fast_interact({}, await request.body()))
 
     @app.post("/api/cancel")
     async def cancel(request: Request) -> Response:
@@ -77,4 +81,4 @@ def create_worker_app(service: WorkerService) -> FastAPI:
     async def health() -> Response:
         return json_response({"status": "ok", "task": service.name, **service.status()})
 
-    return app
+    return FastRoutes(app, {("POST", "/api/interact"): fast_interact})
