@@ -246,8 +246,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    # Turn SIGTERM into SystemExit so `with LocalStack(...)` / `with LocalModelServer()` blocks
+    # unwind and stop the processes they started (they run in sessions of their own).
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(
         level=getattr(args, "log_level", "warning").upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
