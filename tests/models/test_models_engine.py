@@ -105,3 +105,25 @@ def test_load_state_dict_rejects_unknown_names_and_bad_shapes(engine: Transforme
         engine.load_state_dict({"model.norm.weight": engine.state_dict()["model.norm.weight"]})
     with pytest.raises(RuntimeError, match="shape"):
         engine.load_state_dict({"model.norm.weight": torch.zeros(3)}, strict=False)
+
+
+def test_concurrent_generations_are_serialized_and_correct(engine: TransformersEngine) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompt_ids = engine.encode_prompt(QUESTION)
+    expected = engine.generate_tokens(prompt_ids, 5, temperature=0)
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: engine.generate_tokens(prompt_ids, 5, temperature=0), range(3)))
+    assert results == [expected] * 3
+
+
+def test_a_local_hf_directory_loads_too(engine: TransformersEngine) -> None:
+    from agentrl_envs.models.engine import _cache_dir, default_gguf_path
+
+    directory = _cache_dir(default_gguf_path())
+    if directory is None or not (directory / "config.json").is_file():
+        pytest.skip("no dequantized cache directory to load from")
+    other = TransformersEngine(directory)
+    prompt_ids = engine.encode_prompt(QUESTION)
+    assert other.encode_prompt(QUESTION) == prompt_ids
+    assert other.generate_tokens(prompt_ids, 5, temperature=0) == engine.generate_tokens(prompt_ids, 5, temperature=0)
