@@ -3,6 +3,7 @@
 * :mod:`.toolcalls` — prompt rendering and completion parsing (pure; shared with the trainer)
 * :mod:`.engine` — :class:`~.engine.TransformersEngine`, generation on the CPU with transformers
 * :mod:`.server` — the FastAPI app (``/v1/chat/completions``, ``/v1/models``, ``/health``)
+* :mod:`.errors` — what loading and serving raise
 * :mod:`.launch` — :func:`~.launch.serve_model` and :class:`~.launch.LocalModelServer`
 
 Importing this package does not import torch; only :mod:`.engine` does.

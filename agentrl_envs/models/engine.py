@@ -21,6 +21,7 @@ import importlib.util
 import inspect
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -150,7 +151,8 @@ class TransformersEngine:
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, num_threads: int | None = None) -> None:
-        torch.set_num_threads(num_threads or os.cpu_count() or 1)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        torch.set_num_threads(num_threads or cores)  # one generation at a time, so it gets every core
         started = time.perf_counter()
         self.tokenizer, self.model, self.name = _load(model)
         self.load_seconds = time.perf_counter() - started
@@ -214,7 +216,9 @@ class TransformersEngine:
             )
         max_tokens = min(max_tokens, room)
         stops = self.stop_token_ids if stop_token_ids is None else frozenset(stop_token_ids)
-        generator = torch.Generator().manual_seed(seed if seed is not None else int(torch.seed() % 2**63))
+        generator = torch.Generator().manual_seed(
+            seed if seed is not None else secrets.randbits(63)
+        )  # torch's global RNG stays untouched
         from transformers import DynamicCache
 
         with self._lock:
