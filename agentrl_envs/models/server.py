@@ -7,7 +7,8 @@ Routes: ``POST /v1/chat/completions`` (non-streaming; ``n == 1``), ``GET /v1/mod
 
 Defaults follow OpenAI's: ``temperature`` 1.0, ``top_p`` 1.0. The request's ``model`` field is
 not checked (every name is served by the one loaded model, whose name the response carries).
-``tool_choice="none"`` hides the tools; other ``tool_choice`` values are accepted and ignored.
+``tool_choice="none"`` hides the tools; ``"required"`` or a named function forces a call (see
+:meth:`~.engine.TransformersEngine.generate`); ``"auto"`` leaves it to the model.
 
 Run it with ``python -m agentrl_envs.models.server [--host H] [--port P] [--model PATH]``.
 """
@@ -44,6 +45,7 @@ class ChatEngine(Protocol):
         temperature: float = ...,
         top_p: float = ...,
         seed: int | None = None,
+        tool_choice: Any = None,
     ) -> Any: ...
 
 
@@ -94,6 +96,7 @@ def create_app(
             temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
             seed=req.seed,
+            tool_choice=req.tool_choice if tools else None,
         )
         response = ChatCompletionResponse(
             id="chatcmpl-" + uuid.uuid4().hex,

@@ -36,6 +36,7 @@ from ..schema import FunctionCall, Message, ToolCall, ToolDefinition
 
 __all__ = [
     "ParsedCompletion",
+    "forced_call_prefix",
     "new_tool_call_id",
     "parse_completion",
     "render_prompt",
@@ -172,6 +173,11 @@ def render_prompt(
             _native_messages(messages), tools=tool_dicts, tokenize=False, add_generation_prompt=True
         )
     return tokenizer.apply_chat_template(to_template_messages(messages, tools), tokenize=False, add_generation_prompt=True)
+
+
+def forced_call_prefix(name: str) -> str:
+    """The start of a ``<tool_call>`` block up to the arguments, to force a call to ``name``."""
+    return f'<tool_call>\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
 
 
 # --------------------------------------------------------------------------- parsing

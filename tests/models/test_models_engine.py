@@ -127,3 +127,33 @@ def test_a_local_hf_directory_loads_too(engine: TransformersEngine) -> None:
     prompt_ids = engine.encode_prompt(QUESTION)
     assert other.encode_prompt(QUESTION) == prompt_ids
     assert other.generate_tokens(prompt_ids, 5, temperature=0) == engine.generate_tokens(prompt_ids, 5, temperature=0)
+
+
+COMMIT_TOOL = ToolDefinition(
+    function=FunctionDefinition(
+        name="commit_final_answer",
+        description="Submit the final answer.",
+        parameters={"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+    )
+)
+DB_QUESTION = [Message(role="user", content="Table employees(id, name). How many employees are there?")]
+
+
+def test_tool_choice_required_forces_a_call_to_a_known_tool(engine: TransformersEngine) -> None:
+    message, finish, usage = engine.generate(
+        DB_QUESTION, [SQL_TOOL, COMMIT_TOOL], max_tokens=48, temperature=0, tool_choice="required"
+    )
+    assert message.tool_calls, message
+    assert message.tool_calls[0].function.name in ("execute_sql", "commit_final_answer")
+    assert finish in ("tool_calls", "length")
+    assert usage.completion_tokens <= 48
+
+
+def test_tool_choice_naming_a_function_forces_that_function(engine: TransformersEngine) -> None:
+    choice = {"type": "function", "function": {"name": "commit_final_answer"}}
+    message, _, _ = engine.generate(DB_QUESTION, [SQL_TOOL, COMMIT_TOOL], max_tokens=32, temperature=0, tool_choice=choice)
+    assert message.tool_calls and message.tool_calls[0].function.name == "commit_final_answer"
+    from agentrl_envs.models.errors import BadModelRequestError
+
+    with pytest.raises(BadModelRequestError):
+        engine.generate(DB_QUESTION, [SQL_TOOL], max_tokens=4, tool_choice={"type": "function", "function": {"name": "nope"}})

@@ -40,9 +40,17 @@ class FakeEngine:
         temperature: float = 0.0,
         top_p: float = 1.0,
         seed: int | None = None,
+        tool_choice: Any = None,
     ) -> tuple[Message, str, Usage]:
         self.calls.append(
-            {"messages": messages, "tools": tools, "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+            {
+                "messages": messages,
+                "tools": tools,
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "seed": seed,
+                "tool_choice": tool_choice,
+            }
         )
         message = parse_completion(self.text).to_message()
         finish = "tool_calls" if message.tool_calls else "stop"
@@ -95,7 +103,17 @@ async def test_tool_choice_none_hides_the_tools() -> None:
             "/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "q"}], "tools": [SQL_TOOL], "tool_choice": "none"},
         )
-    assert engine.calls[0]["tools"] is None
+    assert engine.calls[0]["tools"] is None and engine.calls[0]["tool_choice"] is None
+
+
+async def test_tool_choice_is_passed_on_with_tools() -> None:
+    engine = FakeEngine("ok")
+    async with client_for(engine) as c:
+        await c.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "q"}], "tools": [SQL_TOOL], "tool_choice": "required"},
+        )
+    assert engine.calls[0]["tool_choice"] == "required"
 
 
 @pytest.mark.parametrize(

@@ -317,3 +317,11 @@ def test_never_raises(text: str) -> None:
     parsed = parse_completion(text)
     for c in parsed.tool_calls:
         assert isinstance(c.function.arguments, str)
+
+
+def test_a_forced_prefix_completed_by_the_model_parses() -> None:
+    from agentrl_envs.models.toolcalls import forced_call_prefix
+
+    text = forced_call_prefix("execute_sql") + '{"sql": "SELECT 1"}}\n</tool_call>\nDone.'
+    assert calls_of(text) == [("execute_sql", {"sql": "SELECT 1"})]
+    assert parse_completion(text).content == "Done."
