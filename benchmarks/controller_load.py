@@ -111,6 +111,7 @@ def main() -> int:
     ap.add_argument("--sessions", default="1,64,1000")
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per level; the median is reported")
     ap.add_argument("--output", default=str(Path(__file__).parent / "results" / "controller_load.json"))
     a = ap.parse_args()
     levels = [int(s) for s in a.sessions.split(",")]
@@ -120,47 +121,46 @@ def main() -> int:
     quiet = ["--log-level", "warning"]
     results: dict[str, list[dict[str, float]]] = {"direct": [], "controller": []}
 
-    # Direct: one worker, no controller.
-    wport = free_port()
-    worker = ManagedProcess(
-        "worker", [*cli, "worker", "echo", "--port", str(wport), "--concurrency", "100000", *quiet], logs / "worker-direct.log"
-    )
+    # Both set-ups run side by side and are measured alternately, `--rounds` times per level, so
+    # that noise from other work on the machine hits both alike; each figure is the median round.
+    wport, cport, cwport = free_port(), free_port(), free_port()
+    direct_url, curl = f"http://127.0.0.1:{wport}", f"http://127.0.0.1:{cport}"
+    procs = [
+        ManagedProcess(
+            "worker-direct",
+            [*cli, "worker", "echo", "--port", str(wport), "--concurrency", "100000", *quiet],
+            logs / "worker-direct.log",
+        ),
+        ManagedProcess("controller", [*cli, "controller", "--port", str(cport), *quiet], logs / "controller.log"),
+        ManagedProcess(
+            "worker",
+            [*cli, "worker", "echo", "--port", str(cwport), "--controller", curl, "--concurrency", "100000", *quiet],
+            logs / "worker.log",
+        ),
+    ]
     try:
-        wait_http(f"http://127.0.0.1:{wport}/health")
-        for n in levels:
-            r = uvloop.run(drive(f"http://127.0.0.1:{wport}", "direct", n, a.duration, a.warmup))
-            results["direct"].append(r)
-            print(
-                f"direct      {n:>5} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}",
-                flush=True,
-            )
-    finally:
-        worker.stop()
-
-    # Through the controller: controller + one worker.
-    cport, wport = free_port(), free_port()
-    curl = f"http://127.0.0.1:{cport}"
-    controller = ManagedProcess("controller", [*cli, "controller", "--port", str(cport), *quiet], logs / "controller.log")
-    worker = ManagedProcess(
-        "worker",
-        [*cli, "worker", "echo", "--port", str(wport), "--controller", curl, "--concurrency", "100000", *quiet],
-        logs / "worker.log",
-    )
-    try:
+        wait_http(f"{direct_url}/health")
         wait_http(f"{curl}/health")
         deadline = time.monotonic() + 30
         while not httpx.get(f"{curl}/api/list_workers").json().get("echo") and time.monotonic() < deadline:
             time.sleep(0.1)
         for n in levels:
-            r = uvloop.run(drive(curl, "controller", n, a.duration, a.warmup))
-            results["controller"].append(r)
-            print(
-                f"controller  {n:>5} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}",
-                flush=True,
-            )
+            rounds: dict[str, list[dict[str, float]]] = {"direct": [], "controller": []}
+            for _ in range(a.rounds):
+                rounds["direct"].append(uvloop.run(drive(direct_url, "direct", n, a.duration, a.warmup)))
+                rounds["controller"].append(uvloop.run(drive(curl, "controller", n, a.duration, a.warmup)))
+            for mode, rs in rounds.items():
+                r = sorted(rs, key=lambda x: x["steps_per_s"])[len(rs) // 2]
+                r["rounds_steps_per_s"] = [round(x["steps_per_s"]) for x in rs]
+                results[mode].append(r)
+                print(
+                    f"{mode:<11} {n:>5} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms"
+                    f"  errors {r['errors']}  (rounds: {r['rounds_steps_per_s']})",
+                    flush=True,
+                )
     finally:
-        worker.stop()
-        controller.stop()
+        for p in reversed(procs):
+            p.stop()
 
     ratios = []
     for d, c in zip(results["direct"], results["controller"], strict=True):
@@ -180,7 +180,9 @@ def main() -> int:
         )
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"duration_s": a.duration, "cpus": os.cpu_count(), **results, "ratios": ratios}, indent=2))
+    out.write_text(
+        json.dumps({"duration_s": a.duration, "rounds": a.rounds, "cpus": os.cpu_count(), **results, "ratios": ratios}, indent=2)
+    )
     print(f"\nwrote {out}")
     return 0
 
