@@ -65,6 +65,7 @@ def main() -> None:
     p.add_argument("--questions", type=int, default=len(QUESTIONS))
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--tool-choice", default=None, help='e.g. "required" (forces a <tool_call> prefix)')
     p.add_argument("--one-shot", action="store_true", help="put one example tool call into the system prompt")
     a = p.parse_args()
     if a.cold:
@@ -85,7 +86,9 @@ def main() -> None:
     for q in QUESTIONS[: a.questions]:
         messages = [Message(role="system", content=system), Message(role="user", content=q)]
         for temp, seed in [(0.0, None)] + [(0.7, s) for s in range(a.samples)]:
-            msg, finish, usage = engine.generate(messages, tools, max_tokens=a.max_tokens, temperature=temp, seed=seed)
+            msg, finish, usage = engine.generate(
+                messages, tools, max_tokens=a.max_tokens, temperature=temp, seed=seed, tool_choice=a.tool_choice
+            )
             calls = msg.tool_calls or []
             valid = [c for c in calls if c.function.name in names and _is_json(c.function.arguments)]
             rows.append((temp, bool(calls), bool(valid)))
