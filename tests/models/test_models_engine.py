@@ -141,7 +141,7 @@ DB_QUESTION = [Message(role="user", content="Table employees(id, name). How many
 
 def test_tool_choice_required_forces_a_call_to_a_known_tool(engine: TransformersEngine) -> None:
     message, finish, usage = engine.generate(
-        DB_QUESTION, [SQL_TOOL, COMMIT_TOOL], max_tokens=48, temperature=0, tool_choice="required"
+        DB_QUESTION, [SQL_TOOL, COMMIT_TOOL], max_tokens=24, temperature=0, tool_choice="required"
     )
     assert message.tool_calls, message
     assert message.tool_calls[0].function.name in ("execute_sql", "commit_final_answer")
