@@ -6,7 +6,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
-LIMIT  ?= 5
+LIMIT  ?= 3
+# The embedded 135M model writes ~12 tokens/s on 2 CPU cores: short turns keep `make eval` quick.
+MAX_TOKENS ?= 64
 OUTPUT ?= runs/eval
 
 .PHONY: install eval test lint bench check-db clean
@@ -28,7 +30,7 @@ $(STAMP): pyproject.toml envs/db/pyproject.toml Makefile
 install: $(STAMP)
 
 eval: install
-	$(BIN)/agentrl-envs eval --tasks db --split dev --limit $(LIMIT) --output $(OUTPUT)
+	$(BIN)/agentrl-envs eval --tasks db --split dev --limit $(LIMIT) --max-tokens $(MAX_TOKENS) --output $(OUTPUT)
 
 test: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider

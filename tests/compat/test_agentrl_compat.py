@@ -26,7 +26,11 @@ pytest.importorskip("agentrl.worker.task_worker", reason="agentrl-worker is not 
 
 
 def tool_call(name: str, args: dict, call_id: str) -> dict:
-    return {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}],
+    }
 
 
 async def test_agentrl_worker_registers_with_our_controller_and_is_driven_through_it(make_stack, tmp_path):
@@ -36,7 +40,10 @@ async def test_agentrl_worker_registers_with_our_controller_and_is_driven_throug
     script = Path(__file__).with_name("agentrl_counter_task.py")
     proc = subprocess.Popen([sys.executable, str(script), f"{stack.url}/api", str(port)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: proc.poll() is None and bool(httpx.get(f"{stack.url}/api/list_workers").json().get("agentrl-counter")), timeout=60)
+        wait_for(
+            lambda: proc.poll() is None and bool(httpx.get(f"{stack.url}/api/list_workers").json().get("agentrl-counter")),
+            timeout=60,
+        )
         async with AsyncControllerClient(stack.url) as client:
             assert await client.get_indices("agentrl-counter") == [0, 1]
             sid, first = await client.start_sample("agentrl-counter", 1)
