@@ -54,7 +54,7 @@ class Episode:
     def status(self) -> SampleStatus:
         return self.task.status
 
-    def _output(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> EnvOutput:
+    def output(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> EnvOutput:
         t = self.task
         metrics = {"turns": self.turns, "tool_errors": self.tool_errors, **t.metrics}
         return EnvOutput(messages=messages, tools=tools, status=t.status, finish=t.done, reward=t.reward, metric=metrics)
@@ -65,8 +65,8 @@ class Episode:
             opening = await self.task.setup()
         except Exception as e:
             await self._fail(e, "setup")
-            return self._output([], type(self.task).tool_definitions())
-        return self._output(
+            return self.output([], type(self.task).tool_definitions())
+        return self.output(
             [Message.model_validate(m).model_dump(mode="json", exclude_none=True) for m in opening],
             type(self.task).tool_definitions(),
         )
@@ -91,7 +91,7 @@ class Episode:
                 content = f"Error: {e.message}"
             except Exception as e:  # the task's own fault
                 await self._fail(e, f"tool {call.function.name!r}")
-                return self._output(new)
+                return self.output(new)
             new.append(tool_message(call.id, content))
             if self.finished:
                 break
@@ -99,7 +99,7 @@ class Episode:
             self.task.finish(0.0, status=SampleStatus.TASK_LIMIT_REACHED)
         if self.finished:
             await self.close()
-        return self._output(new)
+        return self.output(new)
 
     async def _run_tool(self, call: ToolCall) -> str:
         specs = type(self.task).tool_specs()
@@ -120,8 +120,14 @@ class Episode:
 
     async def _fail(self, exc: BaseException, where: str) -> None:
         log.exception("task %r failed in %s", type(self.task).name, where, exc_info=exc)
-        self.task.finish(0.0, status=SampleStatus.TASK_ERROR, error=f"{where}: {type(exc).__name__}: {exc}")
+        await self.abort(f"{where}: {type(exc).__name__}: {exc}")
+
+    async def abort(self, why: str) -> EnvOutput:
+        """End the episode as ``task error`` (not the model's fault) and release it."""
+        if not self.finished:
+            self.task.finish(0.0, status=SampleStatus.TASK_ERROR, error=why)
         await self.close()
+        return self.output([])
 
     async def close(self) -> None:
         """Tear the session down (idempotent); a cancelled running episode ends as ``cancelled``."""

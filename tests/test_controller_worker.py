@@ -203,3 +203,11 @@ def test_check_env_passes(make_stack, mode):
     obs, reward, terminated, truncated, info = env.step(call("echo", '{"text": "apple"}'))
     assert (reward, terminated, truncated, info["status"]) == (1.0, True, False, "completed")
     env.close()
+
+
+def test_a_step_past_the_interaction_timeout_ends_as_task_error(make_stack):
+    stack = make_stack()
+    stack.add_worker(Calc, interaction_timeout=0.3)
+    sid, _ = start(stack.url)
+    out = interact(stack.url, sid, call("nap", '{"seconds": 5}')).json()
+    assert out["finish"] and out["status"] == "task error" and "step exceeded 0.3 s" in out["metrics"]["error"]

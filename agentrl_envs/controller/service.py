@@ -289,7 +289,7 @@ class ControllerService:
         if status >= 400:
             detail = body.get("detail") if isinstance(body, dict) else str(body)
             code = body.get("error") if isinstance(body, dict) else None
-            if code in ("session_busy",) or status == 409 and code != "session_finished":
+            if code == "session_busy":
                 raise SessionBusyError(f"session {sid}: {detail}")
             if status == 422 or code == "invalid_request":
                 raise InvalidRequestError(f"session {sid}: {detail}")

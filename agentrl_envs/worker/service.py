@@ -23,7 +23,7 @@ import httpx
 from ..client import api_url
 from ..episode import Episode, TaskRuntime
 from ..errors import CapacityError, SessionBusyError, SessionError, UnknownSessionError
-from ..schema import EnvOutput, SampleIndex, SampleStatus
+from ..schema import EnvOutput, SampleIndex
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +117,7 @@ class WorkerService:
             try:
                 out = await asyncio.wait_for(session.episode.step(messages), self.interaction_timeout)
             except asyncio.TimeoutError:
-                session.episode.task.finish(
-                    0.0, status=SampleStatus.TASK_ERROR, error=f"step exceeded {self.interaction_timeout:.0f} s"
-                )
-                await session.episode.close()
-                out = session.episode._output([])
+                out = await session.episode.abort(f"step exceeded {self.interaction_timeout:g} s")
             session.last_active = time.monotonic()
         if out.finish:
             self.sessions.pop(session_id, None)
