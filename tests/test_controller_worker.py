@@ -7,7 +7,7 @@ import time
 
 import httpx
 import pytest
-from conftest import wait_for
+from stack_helpers import wait_for
 from tasks_for_tests import Calc, call
 
 from agentrl_envs.tasks.echo import EchoTask

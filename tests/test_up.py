@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from conftest import wait_for
+from stack_helpers import wait_for
 
 from agentrl_envs.stack import free_port
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import wait_for
+from stack_helpers import wait_for
 
 from agentrl_envs.client import AsyncControllerClient
 from agentrl_envs.stack import free_port

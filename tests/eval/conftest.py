@@ -21,7 +21,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from agentrl_envs import Episode, SampleStatus, TaskRuntime, get_task
+from agentrl_envs import Episode, TaskRuntime, get_task
 
 
 def _error(status: int, code: str, detail: str, **data: Any) -> JSONResponse:
@@ -82,9 +82,7 @@ class FakeController:
                 return _error(404, "unknown_session", f"no session {sid}")
             body = await request.json()
             if episode.index in self.task_error_indices:
-                episode.task.finish(0.0, status=SampleStatus.TASK_ERROR, error="injected task failure")
-                await episode.close()
-                out = episode._output([])
+                out = await episode.abort("injected task failure")
             else:
                 out = await episode.step(body["messages"])
             if out.finish:

@@ -1,0 +1,76 @@
+"""Test helpers: real HTTP servers on 127.0.0.1 in background threads, and a controller stack."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import uvicorn
+
+from agentrl_envs.controller import ControllerService, create_controller_app
+from agentrl_envs.episode import TaskRuntime
+from agentrl_envs.stack import free_port
+from agentrl_envs.worker import WorkerService, create_worker_app
+
+
+class ServerThread:
+    """A uvicorn server on a free loopback port, in its own thread and event loop."""
+
+    def __init__(self, app: Any, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, loop="asyncio")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+class Stack:
+    """A controller plus workers, in-process over real HTTP; workers can be stopped and restarted."""
+
+    def __init__(self, **controller_kwargs: Any) -> None:
+        self.service = ControllerService(**controller_kwargs)
+        self.controller = ServerThread(create_controller_app(self.service)).start()
+        self.url = self.controller.url
+        self.workers: list[ServerThread] = []
+
+    def add_worker(self, task_cls: type, *, port: int | None = None, **worker_kwargs: Any) -> ServerThread:
+        runtime = TaskRuntime(task_cls, split=task_cls.splits[0] if task_cls.splits else None)
+        port = port or free_port()
+        service = WorkerService(runtime, controller_url=self.url, self_address=f"http://127.0.0.1:{port}/api", **worker_kwargs)
+        server = ServerThread(create_worker_app(service), port=port).start()
+        self.workers.append(server)
+        wait_for(
+            lambda: any(
+                w["alive"] and w["address"].endswith(f":{port}/api")
+                for w in httpx.get(f"{self.url}/api/list_workers").json().get(task_cls.name, [])
+            )
+        )
+        return server
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.controller.stop()
