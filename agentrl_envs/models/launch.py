@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,6 +18,7 @@ from types import TracebackType
 
 import httpx
 
+from ..stack import ManagedProcess, free_port
 from .errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -49,13 +48,6 @@ def serve_model(
     uvicorn.run(create_app(engine, served_model_name=served_model_name), host=host, port=port, log_level=log_level)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 class LocalModelServer:
     """The model server as a child process, for a ``with`` block.
 
@@ -82,8 +74,7 @@ class LocalModelServer:
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.served_model_name = served_model_name
-        self.process: subprocess.Popen[bytes] | None = None
-        self._log_path: Path | None = None
+        self.process: ManagedProcess | None = None
 
     @property
     def url(self) -> str:
@@ -95,11 +86,9 @@ class LocalModelServer:
         """The OpenAI base URL, ending in ``/v1``."""
         return self.url + "/v1"
 
-    def log_tail(self, chars: int = 4000) -> str:
+    def log_tail(self, lines: int = 40) -> str:
         """The end of the server's combined stdout/stderr."""
-        if self._log_path is None or not self._log_path.exists():
-            return ""
-        return self._log_path.read_text(errors="replace")[-chars:]
+        return self.process.log_tail(lines) if self.process is not None else ""
 
     def start(self) -> LocalModelServer:
         """Start the process and wait until it is healthy (see the class docstring)."""
@@ -111,10 +100,9 @@ class LocalModelServer:
         if self.served_model_name:
             cmd += ["--served-model-name", self.served_model_name]
         fd, name = tempfile.mkstemp(prefix="agentrl-model-server-", suffix=".log")
-        self._log_path = Path(name)
+        os.close(fd)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}
-        with os.fdopen(fd, "wb") as logfile:
-            self.process = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        self.process = ManagedProcess("model server", cmd, Path(name), env)
         try:
             self._wait_healthy()
         except BaseException:
@@ -127,11 +115,9 @@ class LocalModelServer:
         deadline = time.monotonic() + self.startup_timeout
         with httpx.Client(timeout=2.0) as client:
             while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise ModelLoadError(
-                        f"the model server exited with code {self.process.returncode}:\n{self.log_tail()}",
-                        returncode=self.process.returncode,
-                    )
+                if not self.process.alive():
+                    code = self.process.proc.returncode
+                    raise ModelLoadError(f"the model server exited with code {code}:\n{self.log_tail()}", returncode=code)
                 try:
                     if client.get(self.url + "/health").status_code == 200:
                         return
@@ -144,19 +130,11 @@ class LocalModelServer:
         )
 
     def stop(self) -> None:
-        """Terminate the process by PID (kill after ``stop_timeout``); idempotent."""
+        """Terminate the process by PID (kill after ``stop_timeout``) and remove its log; idempotent."""
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("model server pid %d ignored SIGTERM; killing it", proc.pid)
-                proc.kill()
-                proc.wait()
-        if self._log_path is not None:
-            self._log_path.unlink(missing_ok=True)
-            self._log_path = None
+        if proc is not None:
+            proc.stop(self.stop_timeout)
+            proc.log_path.unlink(missing_ok=True)
 
     def __enter__(self) -> LocalModelServer:
         return self.start()

@@ -31,7 +31,7 @@ def test_a_missing_model_fails_fast_with_the_server_log(tmp_path: Path) -> None:
 def test_local_model_server_serves_and_stops() -> None:
     with LocalModelServer(startup_timeout=180) as server:
         assert server.base_url.endswith("/v1") and server.base_url.startswith("http://127.0.0.1:")
-        pid = server.process.pid  # type: ignore[union-attr]
+        pid = server.process.proc.pid  # type: ignore[union-attr]
         r = httpx.post(
             server.base_url + "/chat/completions",
             json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 5, "temperature": 0},
