@@ -8,7 +8,8 @@ names the offending field.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -41,6 +42,23 @@ def _validation_detail(errors: list[Any]) -> str:
 def parse_body(model: type[BaseModel], raw: bytes) -> Any:
     """Validate a raw JSON body (pydantic's Rust parser: faster than FastAPI's own path)."""
     return model.model_validate_json(raw or b"null")
+
+
+def service_app(title: str, service: Any) -> FastAPI:
+    """A FastAPI app whose lifespan runs ``service.startup()`` / ``service.shutdown()``."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await service.startup()
+        try:
+            yield
+        finally:
+            await service.shutdown()
+
+    app = FastAPI(title=title, lifespan=lifespan)
+    app.state.service = service
+    install_error_handlers(app)
+    return app
 
 
 def install_error_handlers(app: FastAPI) -> None:

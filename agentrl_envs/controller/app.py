@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Header, Request
+from fastapi import Header, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import InvalidRequestError, SessionError
-from ..httpapi import FastRoutes, install_error_handlers, json_response, parse_body
+from ..httpapi import FastRoutes, json_response, parse_body, service_app
 from ..schema import HeartbeatRequest, MarkStaleRequest, StartSampleRequest
 from .service import VERSION, ControllerService
 
@@ -45,17 +44,7 @@ async def _interact(service: ControllerService, session_id: str | None, raw: byt
 def create_controller_app(service: ControllerService | None = None) -> FastRoutes:
     service = service or ControllerService()
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI):
-        await service.startup()
-        try:
-            yield
-        finally:
-            await service.shutdown()
-
-    app = FastAPI(title="agentrl-envs controller", lifespan=lifespan)
-    app.state.service = service
-    install_error_handlers(app)
+    app = service_app("agentrl-envs controller", service)
     latency = service.metrics.latency
 
     @app.get("/api/get_indices")

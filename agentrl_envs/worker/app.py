@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import Response
 
-from ..httpapi import FastRoutes, install_error_handlers, json_response, parse_body
+from ..httpapi import FastRoutes, json_response, parse_body, service_app
 from ..schema import EnvOutput, WorkerCancelRequest, WorkerInteractRequest, WorkerStartSampleRequest
 from .service import WorkerService
 
@@ -27,17 +26,7 @@ def _env_out(out: EnvOutput, tools: bool) -> dict[str, Any]:
 
 
 def create_worker_app(service: WorkerService) -> FastRoutes:
-    @asynccontextmanager
-    async def lifespan(_: FastAPI):
-        await service.startup()
-        try:
-            yield
-        finally:
-            await service.shutdown()
-
-    app = FastAPI(title=f"agentrl-envs worker: {service.name}", lifespan=lifespan)
-    app.state.service = service
-    install_error_handlers(app)
+    app = service_app(f"agentrl-envs worker: {service.name}", service)
 
     @app.post("/api/start_sample")
     async def start_sample(request: Request) -> Response:
