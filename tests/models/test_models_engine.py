@@ -126,7 +126,10 @@ def test_a_local_hf_directory_loads_too(engine: TransformersEngine) -> None:
     other = TransformersEngine(directory)
     prompt_ids = engine.encode_prompt(QUESTION)
     assert other.encode_prompt(QUESTION) == prompt_ids
-    assert other.generate_tokens(prompt_ids, 5, temperature=0) == engine.generate_tokens(prompt_ids, 5, temperature=0)
+    ids, logprobs = other.generate_tokens(prompt_ids, 5, temperature=0)
+    expected_ids, expected_logprobs = engine.generate_tokens(prompt_ids, 5, temperature=0)
+    # Same weights, same tokens; logprobs may differ in the last float bits (another load path).
+    assert ids == expected_ids and logprobs == pytest.approx(expected_logprobs, abs=1e-4)
 
 
 COMMIT_TOOL = ToolDefinition(
