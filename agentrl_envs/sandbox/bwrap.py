@@ -1,0 +1,380 @@
+"""The bubblewrap backend: each session is a ``bwrap`` sandbox over a shared read-only rootfs.
+
+Layout and isolation (the contract the security tests check):
+
+* **File system.** bwrap 0.8 (Debian 12) has no ``--overlay``; the launcher instead mounts a
+  kernel overlayfs (lower: the read-only rootfs of :mod:`.rootfs`; upper/work: the session's own
+  dir under ``base_dir``) inside a private mount namespace (``unshare --mount``) and binds it as
+  ``/``. Every session sees the whole Debian tree writable and copy-on-write; nothing of the host
+  is mounted. The mount dies with the namespace, the session dir is removed on ``close``.
+* **Namespaces.** ``--unshare-all`` (pid, net: only loopback, ipc, uts, cgroup), a hostname,
+  ``--new-session``, ``--die-with-parent``; ``/proc`` and a minimal ``/dev``.
+* **User.** Root inside (as in AgentBench's containers) with only Docker's default capabilities.
+* **Limits.** memory and pids through a cgroup per session (:mod:`.cgroups`); a command past its
+  timeout is interrupted (SIGINT to the shell's process group, then SIGKILL to what is left).
+* **Processes.** Every sandbox process carries ``AGENTRL_SANDBOX=<session id>`` in its
+  environment; ``close`` kills the cgroup's processes and bwrap (its pid-namespace init takes the
+  rest with it) and removes the session dir. Dirs left by a killed worker are removed by the next
+  backend's ``open``.
+
+Running it needs root on the host (overlay mount, cgroups, joining namespaces for ``exec``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxLimits
+from .cgroups import SessionCgroup, cgroup_parents
+from .rootfs import default_rootfs_path, is_complete
+
+DEFAULT_BASE_DIR = Path(os.environ.get("AGENTRL_SANDBOX_DIR", "/tmp/agentrl-sandboxes"))
+MARKER_ENV = "AGENTRL_SANDBOX"
+CAPS = (
+    "CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER CAP_FSETID CAP_KILL CAP_SETGID CAP_SETUID CAP_SETPCAP "
+    "CAP_NET_BIND_SERVICE CAP_NET_RAW CAP_SYS_CHROOT CAP_AUDIT_WRITE CAP_SETFCAP"
+).split()
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_READ = 65536
+
+
+def sandbox_env(session_id: str) -> dict[str, str]:
+    return {"PATH": PATH, "HOME": "/root", "TERM": "dumb", "LANG": "C.UTF-8", "USER": "root", MARKER_ENV: session_id}
+
+
+class BubblewrapBackend(SandboxBackend):
+    """Creates :class:`BubblewrapSandbox` es. ``rootfs=None``: :func:`.rootfs.default_rootfs_path`."""
+
+    def __init__(
+        self, rootfs: Path | str | None = None, *, limits: SandboxLimits | None = None, base_dir: Path | None = None
+    ) -> None:
+        self.rootfs = Path(rootfs) if rootfs else default_rootfs_path()
+        self.limits = limits or SandboxLimits()
+        self.base_dir = Path(base_dir) if base_dir else DEFAULT_BASE_DIR
+        self.cgroup_parents: list[Path] = []
+        self._open: set[BubblewrapSandbox] = set()
+        self._opened = False
+
+    async def open(self) -> None:
+        problem = missing_requirements(self.rootfs)
+        if problem:
+            raise SandboxError(problem)
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.cgroup_parents = cgroup_parents()
+        await asyncio.to_thread(reap_stale_sessions, self.base_dir, self.cgroup_parents)
+        self._opened = True
+
+    async def create(self) -> Sandbox:
+        if not self._opened:
+            raise SandboxError("BubblewrapBackend.create() before open()")
+        box = BubblewrapSandbox(self)
+        self._open.add(box)
+        try:
+            await box.start()
+        except BaseException:
+            await box.close()
+            raise
+        return box
+
+    async def close(self) -> None:
+        boxes, self._open = list(self._open), set()
+        await asyncio.gather(*(b.close() for b in boxes), return_exceptions=True)
+        self._opened = False
+
+
+def missing_requirements(rootfs: Path) -> str | None:
+    """Why the bwrap backend cannot run here (a message saying how to fix it), or ``None``."""
+    if sys.platform != "linux":
+        return "the bubblewrap sandbox needs Linux"
+    if os.geteuid() != 0:
+        return "the bubblewrap sandbox needs root (overlay mounts, cgroups); use backend 'docker' otherwise"
+    for tool in ("bwrap", "unshare", "mount"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` not found: apt-get install -y bubblewrap (or run .ci/os-sandbox.sh)"
+    if not is_complete(rootfs):
+        return f"no root filesystem at {rootfs}: build it with `python -m agentrl_envs.sandbox.rootfs` (.ci/os-sandbox.sh)"
+    return None
+
+
+def reap_stale_sessions(base_dir: Path, parents: list[Path]) -> None:
+    """Remove session dirs (and cgroups) whose owning worker process is gone."""
+    for d in base_dir.glob("*"):
+        try:
+            owner = int((d / "owner").read_text())
+        except (OSError, ValueError):
+            owner = -1
+        if owner > 0 and Path(f"/proc/{owner}").exists():
+            continue
+        SessionCgroup([p / d.name for p in parents if (p / d.name).is_dir()]).kill_and_remove()
+        _rmtree(d)
+
+
+def _rmtree(path: Path) -> None:
+    subprocess_free_umount = path / "merged"
+    with contextlib.suppress(OSError):
+        os.rmdir(subprocess_free_umount)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class BubblewrapSandbox(Sandbox):
+    """One session. ``shell`` talks to a long-lived ``bash -i`` over pipes (stderr merged)."""
+
+    def __init__(self, backend: BubblewrapBackend) -> None:
+        self.backend = backend
+        self.limits = backend.limits
+        self.id = f"{os.getpid()}-{secrets.token_hex(6)}"
+        self.dir = backend.base_dir / self.id
+        self.cgroup: SessionCgroup | None = None
+        self.proc: asyncio.subprocess.Process | None = None
+        self.init_pid: int | None = None
+        self.closed = False
+        self._buf = b""
+        self._lock = asyncio.Lock()
+
+    # ---------------------------------------------------------------- start
+
+    async def start(self) -> None:
+        for sub in ("upper", "work", "merged"):
+            (self.dir / sub).mkdir(parents=True)
+        (self.dir / "owner").write_text(str(os.getpid()))
+        if self.backend.cgroup_parents:
+            self.cgroup = SessionCgroup.create(self.backend.cgroup_parents, self.id, self.limits)
+        rd, wr = os.pipe()
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self._launch_argv(info_fd=wr),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                pass_fds=(wr,),
+                start_new_session=True,
+            )
+        finally:
+            os.close(wr)
+        info = await asyncio.to_thread(_read_all, rd)
+        try:
+            self.init_pid = int(json.loads(info)["child-pid"])
+        except (ValueError, KeyError):
+            out = await self._drain_now()
+            raise SandboxError(f"bwrap did not start: {out.strip()[-2000:] or 'no output'}") from None
+        # A prompt-free, history-free shell; the first marker also proves it is up.
+        result = await self.shell("PS1=''; PS2=''; PROMPT_COMMAND=''; set +H; cd /root", timeout=30)
+        if result.exit_code != 0:
+            raise SandboxError(f"the sandbox shell did not start: {result.output[-2000:]}")
+
+    def _launch_argv(self, info_fd: int) -> list[str]:
+        d, lower = self.dir, self.backend.rootfs
+        bwrap = ["bwrap", "--bind", str(d / "merged"), "/", "--proc", "/proc", "--dev", "/dev"]
+        bwrap += ["--unshare-all", "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
+        for k, v in sandbox_env(self.id).items():
+            bwrap += ["--setenv", k, v]
+        bwrap += ["--cap-drop", "ALL"] + [a for c in CAPS for a in ("--cap-add", c)]
+        bwrap += ["--chdir", "/root", "--info-fd", str(info_fd), "/bin/bash", "--norc", "--noprofile", "--noediting", "-i"]
+        procs = " ".join(shlex.quote(str(f)) for f in (self.cgroup.procs_files if self.cgroup else []))
+        opts = f"lowerdir={lower},upperdir={d / 'upper'},workdir={d / 'work'}"
+        script = (
+            f'for f in {procs}; do echo $$ > "$f" || exit 97; done\n'
+            f"mount -t overlay overlay -o {shlex.quote(opts)} {shlex.quote(str(d / 'merged'))} || exit 98\n"
+            f"exec {shlex.join(bwrap)}\n"
+        )
+        return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script]
+
+    async def _drain_now(self) -> str:
+        if self.proc and self.proc.stdout:
+            with contextlib.suppress(asyncio.TimeoutError):
+                self._buf += await asyncio.wait_for(self.proc.stdout.read(_READ), 2)
+        return self._buf.decode("utf-8", "replace")
+
+    # ---------------------------------------------------------------- commands
+
+    async def shell(self, script: str, timeout: float | None = None) -> CommandResult:
+        timeout = self.limits.command_timeout_s if timeout is None else timeout
+        async with self._lock:
+            proc = self._alive()
+            assert proc.stdin is not None
+            nonce = secrets.token_hex(8)
+            marker = f"__AGENTRL_END_{nonce}_".encode()
+            encoded = _b64(script)
+            line = f"eval \"$(printf %s {encoded} | base64 -d)\" </dev/null; printf '\\n{marker.decode()}%s\\n' $?\n"
+            try:
+                proc.stdin.write(line.encode())
+                await proc.stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                raise SandboxError(self._death_reason()) from None
+            try:
+                out, code = await asyncio.wait_for(self._read_until(marker), timeout)
+                return CommandResult(code, out, False)
+            except asyncio.TimeoutError:
+                pass
+            partial = self._take_buffer()
+            recovered = await self._interrupt(marker)
+            if recovered is None:
+                return CommandResult(None, partial, True)
+            return CommandResult(None, partial + recovered, True)
+
+    async def _read_until(self, marker: bytes) -> tuple[str, int | None]:
+        proc = self._alive()
+        assert proc.stdout is not None
+        while True:
+            i = self._buf.find(marker)
+            if i >= 0:
+                end = self._buf.find(b"\n", i)
+                if end >= 0:
+                    out, rest = self._buf[:i], self._buf[end + 1 :]
+                    code_txt = self._buf[i + len(marker) : end]
+                    self._buf = rest
+                    if out.endswith(b"\n"):
+                        out = out[:-1]  # the newline our printf put before the marker
+                    text = out.decode("utf-8", "replace")
+                    return text, int(code_txt) if code_txt.isdigit() else None
+            chunk = await proc.stdout.read(_READ)
+            if not chunk:
+                raise SandboxError(self._death_reason())
+            self._buf += chunk
+
+    def _take_buffer(self) -> str:
+        out, self._buf = self._buf, b""
+        return out.decode("utf-8", "replace")
+
+    async def _interrupt(self, marker: bytes) -> str | None:
+        """SIGINT the shell's foreground; if the marker does not come, SIGKILL everything but the
+        shell and init. Return the output after the interrupt, or ``None`` if the shell is gone."""
+        pgid = self.init_pid  # bwrap's --new-session makes the sandbox init the group leader
+        with contextlib.suppress(OSError):
+            assert pgid is not None
+            os.killpg(pgid, signal.SIGINT)
+        assert self.proc is not None and self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.write(f"printf '\\n{marker.decode()}%s\\n' 130\n".encode())
+        for attempt in range(2):
+            try:
+                out, _ = await asyncio.wait_for(self._read_until(marker), 1.0 if attempt == 0 else 3.0)
+                return out
+            except asyncio.TimeoutError:
+                self._kill_all_but_shell()
+            except SandboxError:
+                return None
+        await self.close()
+        return None
+
+    def _kill_all_but_shell(self) -> None:
+        shell = _children(self.init_pid) if self.init_pid else []
+        keep = {self.init_pid, *shell[:1], self.proc.pid if self.proc else None}
+        for pid in self._session_pids():
+            if pid not in keep:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def _session_pids(self) -> set[int]:
+        if self.cgroup:
+            return self.cgroup.pids()
+        return set(_descendants(self.init_pid)) if self.init_pid else set()
+
+    def _alive(self) -> asyncio.subprocess.Process:
+        if self.closed or self.proc is None or self.proc.returncode is not None:
+            raise SandboxError(self._death_reason())
+        return self.proc
+
+    def _death_reason(self) -> str:
+        if self.closed:
+            return "the sandbox is closed"
+        if self.cgroup and self.cgroup.oom_killed():
+            return f"the sandbox was killed: out of memory (limit {self.limits.memory_mb} MiB)"
+        return "the sandbox's shell exited"
+
+    async def exec(
+        self, script: str, timeout: float | None = None, *, stdin: str | None = None, args: Sequence[str] = ()
+    ) -> CommandResult:
+        timeout = self.limits.command_timeout_s if timeout is None else timeout
+        self._alive()
+        procs = ":".join(str(f) for f in (self.cgroup.procs_files if self.cgroup else []))
+        env = [f"{k}={v}" for k, v in sandbox_env(self.id).items()]
+        argv = [sys.executable, "-m", "agentrl_envs.sandbox._enter", str(self.init_pid), procs, "/root", "--"]
+        argv += [*env, "--", "/bin/bash", "-c", script, "bash", *args]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate((stdin or "").encode()), timeout)
+            return CommandResult(proc.returncode, out.decode("utf-8", "replace"), False)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            await proc.wait()
+            return CommandResult(None, "", True)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            raise
+
+    # ---------------------------------------------------------------- close
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.backend._open.discard(self)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(asyncio.to_thread(self._teardown))
+
+    def _teardown(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                self.proc.kill()
+        if self.cgroup is not None:
+            self.cgroup.kill_and_remove()
+        elif self.init_pid:
+            for pid in _descendants(self.init_pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        _rmtree(self.dir)
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    try:
+        while chunk := os.read(fd, _READ):
+            chunks.append(chunk)
+            if b"}" in chunk:
+                break
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode()
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += _children(p)
+    return out
