@@ -1,0 +1,27 @@
+"""AgentBench's OS-interaction prompts (function-calling version), verbatim."""
+
+from __future__ import annotations
+
+SYSTEM_PROMPT = """You are an assistant that will act like a person. I will play the role of a Linux (Ubuntu) operating system.
+Your goal is to implement the operations required by me or answer the questions proposed by me.
+For each of your turns, you should first think about what you should do, and then call exactly one of the provided tools according to the situation.
+If you think the output is too long, I will truncate it. The truncated output is not complete. You have to deal with the truncating problem by yourself.
+Attention, your bash code should not contain any input operation. Once again, you should use one tool in each turn, and should not respond without function calling.
+Note that if you think the task has been finished, or there is some message missing to completely complete the task, you should respond with calling the function "finish_action", as no additional information will be provided.
+Also, note that if you have gotten the answer to the question, you should call the "answer_action" tool instead of simply writing your answer in your response.
+Your answers should be exact and precise (for example, a single number), do not answer with full sentences or phrases.
+Always use a tool provided instead of simply responding with content."""  # noqa: E501
+
+NO_TOOL_CALL = "No executable tool calls found. Please call a tool instead"
+TRUNCATED = "\n[truncated because the output is too long]"
+
+
+def user_prompt(description: str) -> str:
+    return f"Now, I will start a new problem in a new OS. My problem is:\n\n{description}"
+
+
+def os_output(text: str, limit: int = 800) -> str:
+    """AgentBench's tool message: cut past ``limit`` chars to ``limit - 20`` plus a note."""
+    if len(text) > limit:
+        text = text[: limit - 20] + TRUNCATED
+    return f"The output of the OS:\n\n{text}" if text else "The output of the OS is empty."

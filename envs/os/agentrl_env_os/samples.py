@@ -1,0 +1,112 @@
+"""AgentBench ``os_interaction`` problems → samples with every script resolved to inline code.
+
+A problem file is a JSON list (or one object, or JSONL) of
+``{description, create: {local, init}, start, evaluation: {match | check, example}, labels}``;
+script objects are a string (bash code), ``{"code": ...}`` or ``{"file": ...}`` (relative to the
+scripts dir), with an optional ``language`` (``bash`` or ``python``). A sample is::
+
+    {"description": str, "init": [Script], "start": Script | None,
+     "match": {"answer"|"regex": str, "strip": bool} | None,
+     "check": [Script | None] | None, "example": Script | None, "labels": [str]}
+
+with ``Script = {"language": "bash"|"python", "code": str}``, so a sample is self-contained (a
+client's ``custom_task`` uses the same shape, or the raw AgentBench one with inline code).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from agentrl_envs.errors import DataError
+
+LANGUAGES = ("bash", "python")
+
+
+def data_dir() -> Path:
+    return Path(str(resources.files("agentrl_env_os") / "data"))
+
+
+def load_split(split: str) -> list[dict[str, Any]]:
+    """``dev`` (26 problems, AgentBench ``data/dev.json``) or ``train`` (1,000, ``training.json``)."""
+    return load_path(data_dir() / split)
+
+
+def load_path(path: str | Path) -> list[dict[str, Any]]:
+    """``DIR`` holding ``problems.json`` and ``scripts/``, or ``PROBLEM.json`` (scripts dir next to it:
+    ``scripts/`` if present, else the file's own dir)."""
+    path = Path(path)
+    if path.is_dir():
+        problem_file, scripts = path / "problems.json", path / "scripts"
+    else:
+        problem_file, scripts = path, path.parent / "scripts"
+        if not scripts.is_dir():
+            scripts = path.parent
+    if not problem_file.is_file():
+        raise DataError(f"no OS problem file at {problem_file}")
+    text = problem_file.read_text(encoding="utf-8")
+    raw = (
+        [json.loads(line) for line in text.splitlines() if line.strip()] if problem_file.suffix == ".jsonl" else json.loads(text)
+    )
+    raw = [raw] if isinstance(raw, dict) else raw
+    return [normalize(item, scripts, where=f"{problem_file}[{i}]") for i, item in enumerate(raw)]
+
+
+def _script(obj: Any, scripts_dir: Path | None, where: str) -> dict[str, str] | None:
+    if obj is None:
+        return None
+    if isinstance(obj, str):
+        return {"language": "bash", "code": obj}
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: a script must be a string or an object, got {type(obj).__name__}")
+    language = obj.get("language", "bash")
+    if language not in LANGUAGES:
+        raise DataError(f"{where}: unsupported script language {language!r} (supported: {', '.join(LANGUAGES)})")
+    if "code" in obj:
+        return {"language": language, "code": obj["code"]}
+    if "file" in obj:
+        if scripts_dir is None:
+            raise DataError(f"{where}: script file {obj['file']!r} but no scripts dir (inline it as 'code')")
+        try:
+            return {"language": language, "code": (scripts_dir / obj["file"]).read_text(encoding="utf-8")}
+        except OSError as e:
+            raise DataError(f"{where}: cannot read script {obj['file']!r}: {e}") from None
+    raise DataError(f"{where}: a script object needs 'code' or 'file'")
+
+
+def normalize(item: dict[str, Any], scripts_dir: Path | None = None, *, where: str = "sample") -> dict[str, Any]:
+    """An AgentBench problem (or an already normalized sample) → a sample; raise DataError if invalid."""
+    if "init" in item and "evaluation" not in item:  # already normalized
+        return item
+    if not isinstance(item.get("description"), str) or not isinstance(item.get("evaluation"), dict):
+        raise DataError(f"{where}: an OS problem needs 'description' and 'evaluation'")
+    create = item.get("create")
+    # AgentBench reads `init` only from a dict `create` (one dev problem has a list there).
+    init = create.get("init") if isinstance(create, dict) else None
+    init_list = [] if init is None else init if isinstance(init, list) else [init]
+    ev = item["evaluation"]
+    match = check = example = None
+    if "match" in ev:
+        m = ev["match"]
+        match = {"answer": m, "strip": True} if isinstance(m, str) else dict(m)
+        if not ({"answer", "regex"} & match.keys()):
+            raise DataError(f"{where}: evaluation.match needs 'answer' or 'regex'")
+    elif "check" in ev:
+        chain = ev["check"] if isinstance(ev["check"], list) else [ev["check"]]
+        check = [_script(s, scripts_dir, where) for s in chain]
+        example = _script(ev.get("example"), scripts_dir, where)
+        if any(s is None for s in check) and example is None:
+            raise DataError(f"{where}: a null check entry needs evaluation.example")
+    else:
+        raise DataError(f"{where}: evaluation needs 'match' or 'check'")
+    return {
+        "description": item["description"],
+        "init": [_script(s, scripts_dir, where) for s in init_list],
+        "start": _script(item.get("start"), scripts_dir, where),
+        "match": match,
+        "check": check,
+        "example": example,
+        "labels": list(item.get("labels") or []),
+    }

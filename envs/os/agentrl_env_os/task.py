@@ -1,0 +1,227 @@
+"""``os``: AgentBench's FC OS-interaction task — act in a Linux sandbox with bash, then answer.
+
+Per session: a fresh sandbox (:mod:`agentrl_envs.sandbox`; bubblewrap by default, or Docker);
+the sample's ``init`` scripts run as independent processes (a failure is a task error), its
+``start`` script runs in the session's persistent shell (it may leave a background process), then
+the model gets AgentBench's system prompt and the problem. ``bash_action`` runs a script in the
+persistent shell (cwd, variables and background jobs persist) and returns AgentBench's
+``The output of the OS:`` message, cut at ``max_output_chars`` (800). ``answer_action(answer)``
+and ``finish_action(thought)`` both end the episode and judge the given text (as AgentBench does:
+``finish_action``'s thought *is* the committed answer), by ``match`` or the ``check`` chain
+(:mod:`.scoring`). 8 rounds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentrl_envs.errors import DataError
+from agentrl_envs.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxLimits
+from agentrl_envs.schema import SampleStatus
+from agentrl_envs.task import Task, tool
+
+from .prompts import NO_TOOL_CALL, SYSTEM_PROMPT, os_output, user_prompt
+from .samples import data_dir, load_path, load_split, normalize
+from .scoring import evaluate_check, evaluate_match, script_command
+
+
+class OSConfig(BaseModel):
+    """Options of the OS task.
+
+    Sandbox:
+        backend: ``bwrap`` (bubblewrap over a Debian rootfs; needs root) or ``docker``.
+        rootfs: the root filesystem for ``bwrap`` (default: ``$AGENTRL_ROOTFS`` or the cache path).
+
+    Limits (per session):
+        memory_mb, pids, cpus: resources of the whole session.
+        command_timeout_s: one ``bash_action`` (or init/check script) is interrupted after this.
+        max_output_chars: tool output is cut here as AgentBench does (800).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["bwrap", "docker"] = Field("bwrap", description="Sandbox backend: 'bwrap' or 'docker'.")
+    rootfs: str | None = Field(None, description="Root filesystem path for 'bwrap' (default $AGENTRL_ROOTFS).")
+    memory_mb: int = Field(512, ge=16, description="Memory limit of one session, MiB.")
+    pids: int = Field(256, ge=8, description="Processes one session may hold at once.")
+    cpus: float = Field(1.0, gt=0, description="CPU share of one session (cores).")
+    command_timeout_s: float = Field(30.0, gt=0, description="Seconds one command may run.")
+    max_output_chars: int = Field(800, gt=20, description="Characters of tool output before truncation.")
+
+    def limits(self) -> SandboxLimits:
+        return SandboxLimits(self.memory_mb, self.cpus, self.pids, self.command_timeout_s)
+
+
+def _reference_answers() -> dict[str, dict[str, Any]]:
+    path = data_dir() / "reference.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+class OSTask(Task):
+    name = "os"
+    max_turns = 8
+    splits = ("dev", "train")
+    concurrency = 32
+    Config = OSConfig
+
+    # ------------------------------------------------------------------ data
+
+    @classmethod
+    def load_samples(cls, split: str | None = None, data: str | Path | None = None) -> list[dict[str, Any]]:
+        """The shipped split, or ``data``: a problem file (``.json``/``.jsonl``; scripts in ``scripts/``
+        next to it, else its own dir) or a dir holding ``problems.json`` and ``scripts/``."""
+        if data is not None:
+            return load_path(data)
+        split = split or "dev"
+        samples = load_split(split)
+        refs = _reference_answers().get(split, {})
+        for i, s in enumerate(samples):
+            if str(i) in refs:
+                s["reference"] = refs[str(i)]
+        return samples
+
+    @classmethod
+    def sample_from_custom(cls, custom_task: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return normalize(custom_task, None, where="custom_task")
+        except DataError:
+            raise
+        except Exception as e:
+            raise DataError(f"custom_task: {e}") from None
+
+    @classmethod
+    def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]]:
+        """Recorded calls (``reference`` in the sample, from ``data/reference.json``), else: a
+        ``match.answer`` sample answers it; a check chain without a ``null`` entry runs the bash
+        ``example`` and finishes. Raise ``NotImplementedError`` for the rest (README lists them)."""
+        if "reference" in sample:
+            return sample["reference"]
+        if sample.get("match") and "answer" in sample["match"]:
+            return [{"name": "answer_action", "arguments": {"answer": sample["match"]["answer"]}}]
+        ex = sample.get("example")
+        if sample.get("check") and None not in sample["check"] and ex and ex["language"] == "bash":
+            return [
+                {"name": "bash_action", "arguments": {"script": ex["code"]}},
+                {"name": "finish_action", "arguments": {"thought": "done"}},
+            ]
+        raise NotImplementedError("no reference solution for this sample")
+
+    # ------------------------------------------------------------------ worker resources
+
+    @classmethod
+    async def open_resources(cls, config: BaseModel) -> SandboxBackend:
+        assert isinstance(config, OSConfig)
+        backend: SandboxBackend
+        if config.backend == "docker":
+            try:
+                from agentrl_envs.sandbox.docker import DockerBackend
+            except ImportError as e:
+                raise SandboxError(f"backend 'docker' is not available ({e}); use backend 'bwrap'") from None
+            backend = DockerBackend(limits=config.limits())  # type: ignore[call-arg]
+        else:
+            from agentrl_envs.sandbox.bwrap import BubblewrapBackend
+
+            backend = BubblewrapBackend(config.rootfs, limits=config.limits())
+        await backend.open()
+        return backend
+
+    @classmethod
+    async def close_resources(cls, resources: Any) -> None:
+        if resources is not None:
+            await resources.close()
+
+    # ------------------------------------------------------------------ session
+
+    def __init__(self, sample: dict[str, Any], *, config: BaseModel | None = None, resources: Any = None) -> None:
+        super().__init__(sample, config=config, resources=resources)
+        self.box: Sandbox | None = None
+
+    async def setup(self) -> list[dict[str, Any]]:
+        if self.resources is None:
+            raise RuntimeError("the OS task needs its sandbox backend: open it with TaskRuntime.open()")
+        self.box = await self.resources.create()
+        for i, script in enumerate(self.sample["init"]):
+            r = await self.box.exec(script_command(script, keep_stderr=True), args=[script["code"]])
+            if not r.ok:
+                raise RuntimeError(f"init script {i} failed (exit {r.exit_code}, timed out {r.timed_out}): {r.output[-500:]}")
+        start = self.sample.get("start")
+        if start is not None:
+            code = start["code"] if start["language"] == "bash" else f"python3 -c {_sh_quote(start['code'])}"
+            await self.box.shell(code)
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": user_prompt(self.sample["description"])},
+        ]
+
+    async def teardown(self) -> None:
+        if self.box is not None:
+            box, self.box = self.box, None
+            await box.close()
+
+    def no_tool_call_message(self) -> str:
+        return NO_TOOL_CALL
+
+    @tool
+    async def bash_action(self, script: str) -> str:
+        """Execute bash code to perform an operation in the Linux environment.
+
+        Args:
+            script: The bash script to be executed.
+        """
+        assert self.box is not None
+        try:
+            r = await self.box.shell(script)
+        except SandboxError as e:
+            self.finish(0.0, status=SampleStatus.TASK_ERROR, error=f"sandbox: {e}")
+            return f"The OS environment stopped: {e}"
+        text = r.output
+        if r.timed_out:
+            text += f"\n[the command timed out after {self.config.command_timeout_s:g} seconds and was interrupted]"
+        return os_output(text, self.config.max_output_chars)
+
+    @tool
+    async def finish_action(self, thought: str) -> str:
+        """Indicate that the task has been finished or need some additional information to be finished.
+
+        Args:
+            thought: The thought or reason indicating the task is finished.
+        """
+        return await self._judge(thought)
+
+    @tool
+    async def answer_action(self, answer: str) -> str:
+        """Provide the answer to the question.
+
+        Args:
+            answer: The answer to the question.
+        """
+        return await self._judge(answer)
+
+    async def _judge(self, answer: str) -> str:
+        s = self.sample
+        if s.get("match"):
+            ok = evaluate_match(answer, s["match"])
+        else:
+            assert self.box is not None
+            box = self.box
+
+            async def run(script: dict[str, str], params: list[str]) -> Any:
+                return await box.exec(script_command(script), args=[script["code"], *params])
+
+            try:
+                ok, _ = await evaluate_check(answer, s["check"], s.get("example"), run)
+            except SandboxError as e:
+                self.finish(0.0, status=SampleStatus.TASK_ERROR, error=f"sandbox: {e}")
+                return "The OS environment stopped."
+        self.finish(1.0 if ok else 0.0, result=ok)
+        return "Your answer has been recorded."
+
+
+def _sh_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
