@@ -56,6 +56,10 @@ class OSConfig(BaseModel):
         return SandboxLimits(self.memory_mb, self.cpus, self.pids, self.command_timeout_s)
 
 
+#: What :meth:`OSTask.reference_solution` returns for a sample without one (it scores 0).
+NO_REFERENCE = [{"name": "finish_action", "arguments": {"thought": "no reference solution is known for this sample"}}]
+
+
 def _reference_answers() -> dict[str, dict[str, Any]]:
     path = data_dir() / "reference.json"
     return json.loads(path.read_text()) if path.is_file() else {}
@@ -97,7 +101,8 @@ class OSTask(Task):
     def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]]:
         """Recorded calls (``reference`` in the sample, from ``data/reference.json``), else: a
         ``match.answer`` sample answers it; a check chain without a ``null`` entry runs the bash
-        ``example`` and finishes. Raise ``NotImplementedError`` for the rest (README lists them)."""
+        ``example`` and finishes. The rest (README lists them) get :data:`NO_REFERENCE`, which
+        ``agentrl-envs check`` reports as unsolved: use :meth:`has_reference` to tell them apart."""
         if "reference" in sample:
             return sample["reference"]
         if sample.get("match") and "answer" in sample["match"]:
@@ -108,7 +113,11 @@ class OSTask(Task):
                 {"name": "bash_action", "arguments": {"script": ex["code"]}},
                 {"name": "finish_action", "arguments": {"thought": "done"}},
             ]
-        raise NotImplementedError("no reference solution for this sample")
+        return list(NO_REFERENCE)
+
+    @classmethod
+    def has_reference(cls, sample: dict[str, Any]) -> bool:
+        return cls.reference_solution(sample) != NO_REFERENCE
 
     # ------------------------------------------------------------------ worker resources
 
