@@ -3,6 +3,8 @@
     agentrl-envs controller [--host H] [--port P]
     agentrl-envs worker TASK [--controller URL] [--split S | --data PATH] [--option K=V ...]
     agentrl-envs up [--tasks db,os] [--split S]          controller + one worker per task; Ctrl-C stops all
+    agentrl-envs up --backend docker [--tasks db,os]      the same as containers (images from `build`)
+    agentrl-envs build [TASK ...]                         base, controller and worker images, built locally
     agentrl-envs list                                     tasks, splits, sizes
     agentrl-envs check TASK [--split S | --data PATH] [--json] [--min-rate R]
     agentrl-envs eval --tasks db[,os] [--split dev] [--limit N] [--model M] [--base-url URL] ...
@@ -86,6 +88,10 @@ def cmd_up(a: argparse.Namespace) -> int:
 
     tasks = [t for t in a.tasks.split(",") if t]
     options = {t: task_options(t, a.option if len(tasks) == 1 else None) for t in tasks}
+    if a.backend == "docker":
+        from .containers.up import cmd_up_docker
+
+        return cmd_up_docker(a, options)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with LocalStack(tasks, split=a.split, task_options=options, port=a.port, log_dir=a.log_dir, quiet=False) as stack:
@@ -101,6 +107,12 @@ def cmd_up(a: argparse.Namespace) -> int:
             pass
         print("stopping...", flush=True)
     return 0
+
+
+def cmd_build(a: argparse.Namespace) -> int:
+    from .containers.build import cmd_build as build
+
+    return build(a)
 
 
 def cmd_list(a: argparse.Namespace) -> int:
@@ -214,7 +226,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--option", action="append", metavar="KEY=VALUE", help="task option (single-task only)")
     sp.add_argument("--port", type=int, default=5020)
     sp.add_argument("--log-dir")
+    sp.add_argument("--backend", choices=["local", "docker"], default="local", help="local processes or containers")
+    sp.add_argument("--host", default="127.0.0.1", help="docker backend: listen address (0.0.0.0 lets other hosts join)")
     sp.set_defaults(func=cmd_up)
+
+    sp = sub.add_parser("build", help="build the base, controller and worker images locally (needs a Docker engine)")
+    sp.add_argument("tasks", nargs="*", metavar="TASK", help="tasks to build worker images for (default: all with a Dockerfile)")
+    sp.add_argument(
+        "--deps", choices=["host", "pypi"], default="host",
+        help="dependencies: downloaded by the host's pip (default), or by pip inside the build from PyPI",
+    )  # fmt: skip
+    sp.add_argument("--rebuild", action="store_true", help="rebuild even if an image with the same inputs exists")
+    sp.set_defaults(func=cmd_build)
 
     sp = sub.add_parser("list", help="list installed tasks, their splits and sizes")
     sp.add_argument("--json", action="store_true")

@@ -1,0 +1,186 @@
+"""``agentrl-envs up --backend docker``: the controller and one worker per task as containers.
+
+``with DockerStack(["db"]) as stack: ... stack.url ...`` starts ``agentrl/controller`` and
+``agentrl/worker-<task>`` (built by ``agentrl-envs build``) on the host network, each on its own
+port, the workers pointed at the controller with ``--controller URL``; waits until every
+container reports healthy (its image's ``HEALTHCHECK`` on ``/health``) and every task has a live
+worker at the controller; on exit it removes exactly the containers it started, by id. Every
+container carries the label ``agentrl.stack=<stack id>``.
+
+Workers on other hosts join the same controller with
+``docker run --network host -e PORT=5021 agentrl/worker-db --controller http://THIS_HOST:PORT/api --self http://THAT_HOST:5021/api``
+(the controller must then listen on a reachable address: ``host="0.0.0.0"``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from ..errors import InfrastructureError
+from ..stack import free_port
+from .engine import CONTROLLER_REPO, STACK_LABEL, docker_client, image_exists, worker_repo
+
+
+class DockerStack:
+    """Containers of one stack; ``containers`` maps a role (``controller``, ``worker-db``) to its container."""
+
+    def __init__(
+        self,
+        tasks: list[str],
+        *,
+        split: str | None = None,
+        task_options: dict[str, dict[str, Any]] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tag: str = "latest",
+        startup_timeout: float = 120.0,
+        extra_run_args: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        if not tasks:
+            raise ValueError("DockerStack needs at least one task")
+        self.tasks = list(dict.fromkeys(tasks))
+        self.split = split
+        self.task_options = task_options or {}
+        self.host = host
+        self.port = port or free_port()
+        # Clients reach a 0.0.0.0 listener through loopback.
+        self.url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{self.port}"
+        self.tag = tag
+        self.startup_timeout = startup_timeout
+        self.extra_run_args = extra_run_args or {}
+        self.id = secrets.token_hex(6)
+        self.containers: dict[str, Any] = {}
+        self._client: Any = None
+
+    def __enter__(self) -> DockerStack:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self, role: str, image: str, port: int, args: list[str]) -> None:
+        if not image_exists(self._client, image):
+            raise InfrastructureError(f"image {image} is missing: run `agentrl-envs build {' '.join(self.tasks)}` first")
+        c = self._client.containers.run(
+            image,
+            command=args,
+            environment={"HOST": self.host, "PORT": str(port)},
+            network_mode="host",
+            labels={STACK_LABEL: self.id, "agentrl.role": role},
+            name=f"agentrl-{self.id}-{role}",
+            detach=True,
+            **self.extra_run_args.get(role, {}),
+        )
+        self.containers[role] = c
+
+    def start(self) -> None:
+        self._client = docker_client()
+        self._run("controller", f"{CONTROLLER_REPO}:{self.tag}", self.port, ["--log-level", "warning"])
+        for task in self.tasks:
+            port = free_port()
+            args = ["--controller", f"{self.url}/api", "--log-level", "warning"]
+            if self.split:
+                args += ["--split", self.split]
+            for key, value in self.task_options.get(task, {}).items():
+                args += ["--option", f"{key}={value}"]
+            self._run(f"worker-{task}", f"{worker_repo(task)}:{self.tag}", port, args)
+        self._wait_ready()
+
+    def logs_tail(self, role: str, lines: int = 20) -> str:
+        try:
+            return self.containers[role].logs(tail=lines).decode(errors="replace")
+        except Exception as e:  # the container may be gone already
+            return f"(no logs: {e})"
+
+    def dead(self) -> list[str]:
+        """Roles whose container is no longer running."""
+        out = []
+        for role, c in self.containers.items():
+            try:
+                c.reload()
+                if c.status != "running":
+                    out.append(role)
+            except Exception:
+                out.append(role)
+        return out
+
+    def health(self) -> dict[str, str]:
+        """Each container's health status (``starting``, ``healthy``, ``unhealthy``) or its state."""
+        out = {}
+        for role, c in self.containers.items():
+            c.reload()
+            state = c.attrs.get("State", {})
+            out[role] = state.get("Health", {}).get("Status") if state.get("Running") else state.get("Status", "gone")
+        return out
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        with httpx.Client(timeout=2.0) as http:
+            while True:
+                health = self.health()
+                gone = [r for r, s in health.items() if s not in ("starting", "healthy", "unhealthy")]
+                if gone:
+                    tails = "\n".join(f"--- {r}\n{self.logs_tail(r)}" for r in gone)
+                    raise InfrastructureError(f"containers {gone} stopped during start-up:\n{tails}")
+                pending = set(self.tasks)
+                if all(s == "healthy" for s in health.values()):
+                    try:
+                        workers = http.get(f"{self.url}/api/list_workers").json()
+                        pending = {t for t in self.tasks if not any(w["alive"] for w in workers.get(t, []))}
+                    except httpx.HTTPError:
+                        pass
+                    if not pending:
+                        return
+                if time.monotonic() > deadline:
+                    tails = "\n".join(f"--- {r} ({health[r]})\n{self.logs_tail(r, 10)}" for r in self.containers)
+                    raise InfrastructureError(f"stack not ready after {self.startup_timeout:.0f} s:\n{tails}")
+                time.sleep(0.5)
+
+    def stop(self, grace: int = 5) -> None:
+        """Stop and remove the containers this stack started (workers first), by id. Idempotent."""
+        for role in reversed(list(self.containers)):
+            c = self.containers.pop(role)
+            try:
+                c.stop(timeout=grace)
+            except Exception:
+                pass
+            try:
+                c.remove(force=True)
+            except Exception:
+                pass
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def cmd_up_docker(a: Any, options: dict[str, dict[str, Any]]) -> int:
+    """``up --backend docker``: run until Ctrl-C/SIGTERM or a container exits; always tear down."""
+    tasks = [t for t in a.tasks.split(",") if t]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with DockerStack(tasks, split=a.split, task_options=options, port=a.port, host=a.host) as stack:
+        ids = ", ".join(f"{r}={c.short_id}" for r, c in stack.containers.items())
+        print(f"controller: {stack.url}/api   tasks: {', '.join(tasks)}   containers: {ids}", flush=True)
+        print(f"label: {STACK_LABEL}={stack.id}   press Ctrl-C to stop", flush=True)
+        try:
+            while not stop.wait(2.0):
+                dead = stack.dead()
+                if dead:
+                    print(f"stopping: {', '.join(dead)} exited:\n" + "\n".join(stack.logs_tail(r) for r in dead), file=sys.stderr)
+                    return 1
+        except KeyboardInterrupt:
+            pass
+        print("stopping...", flush=True)
+    return 0
