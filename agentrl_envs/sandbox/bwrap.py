@@ -247,19 +247,24 @@ class BubblewrapSandbox(Sandbox):
         return out.decode("utf-8", "replace")
 
     async def _interrupt(self, marker: bytes) -> str | None:
-        """SIGINT the shell's foreground; if the marker does not come, SIGKILL everything but the
-        shell and init. Return the output after the interrupt, or ``None`` if the shell is gone."""
+        """SIGINT the shell's foreground; if the shell does not answer, SIGKILL everything but the
+        shell and init. Return the output after the interrupt, or ``None`` if the shell is gone.
+
+        A fresh recovery marker is written after the interrupt; the shell handles its input in
+        order, so whatever the interrupted line still printed (its own marker included) comes
+        first and is dropped with it."""
         pgid = self.init_pid  # bwrap's --new-session makes the sandbox init the group leader
-        with contextlib.suppress(OSError):
-            assert pgid is not None
-            os.killpg(pgid, signal.SIGINT)
+        if pgid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(pgid, signal.SIGINT)
         assert self.proc is not None and self.proc.stdin is not None
+        recover = f"__AGENTRL_END_{secrets.token_hex(8)}_".encode()
         with contextlib.suppress(OSError):
-            self.proc.stdin.write(f"printf '\\n{marker.decode()}%s\\n' 130\n".encode())
-        for attempt in range(2):
+            self.proc.stdin.write(f"printf '\\n{recover.decode()}%s\\n' 130\n".encode())
+        for wait in (1.0, 3.0):
             try:
-                out, _ = await asyncio.wait_for(self._read_until(marker), 1.0 if attempt == 0 else 3.0)
-                return out
+                out, _ = await asyncio.wait_for(self._read_until(recover), wait)
+                return _drop_marker_line(out, marker)
             except asyncio.TimeoutError:
                 self._kill_all_but_shell()
             except SandboxError:
@@ -356,6 +361,11 @@ def _read_all(fd: int) -> str:
     finally:
         os.close(fd)
     return b"".join(chunks).decode()
+
+
+def _drop_marker_line(text: str, marker: bytes) -> str:
+    m = marker.decode()
+    return "".join(line for line in text.splitlines(keepends=True) if m not in line).strip("\n")
 
 
 def _b64(text: str) -> str:

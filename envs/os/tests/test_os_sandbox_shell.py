@@ -1,0 +1,62 @@
+"""The bubblewrap sandbox's persistent shell and exec, on a real sandbox; prints latencies."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from agentrl_envs.sandbox.bwrap import BubblewrapBackend
+
+
+async def test_shell_state_persists_between_commands(backend: BubblewrapBackend):
+    async with await backend.create() as box:
+        r = await box.shell("cd /tmp && export GREETING=hello && sleep 60 & echo started")
+        assert r.exit_code == 0 and "started" in r.output
+        r = await box.shell("cd /tmp; export GREETING=hello; (sleep 60 &); sleep 61 & true")
+        r = await box.shell("pwd; echo $GREETING; jobs | grep -c 'sleep 61'")
+        assert r.output.split() == ["/tmp", "hello", "1"]
+        assert (await box.shell("false")).exit_code == 1
+        assert (await box.shell("printf 'a\\nb'")).output == "a\nb"
+        assert (await box.shell("echo err >&2")).output == "err\n"
+
+
+async def test_exec_is_a_separate_process_with_args_and_stdin(backend: BubblewrapBackend):
+    async with await backend.create() as box:
+        await box.shell("cd /tmp; export X=1; echo shared > /root/f")
+        r = await box.exec('echo "$1|$2|$X"; cat /root/f; cat; whoami', args=["a", "b c"], stdin="in\n")
+        assert r.exit_code == 0
+        assert r.output == "a|b c|\nshared\nin\nroot\n"
+        assert (await box.exec("exit 3")).exit_code == 3
+
+
+async def test_timeout_interrupts_and_keeps_the_shell(backend: BubblewrapBackend):
+    async with await backend.create() as box:
+        await box.shell("export KEEP=yes")
+        t = time.monotonic()
+        r = await box.shell("while :; do :; done", timeout=1)
+        assert r.timed_out and time.monotonic() - t < 6
+        r = await box.shell("trap '' INT; sleep 300", timeout=1)
+        assert r.timed_out
+        r = await box.shell("echo $KEEP")
+        assert r.output == "yes\n" and not r.timed_out
+        r = await box.exec("sleep 30", timeout=0.5)
+        assert r.timed_out
+
+
+async def test_latencies(backend: BubblewrapBackend):
+    starts, trips = [], []
+    for _ in range(20):
+        t = time.perf_counter()
+        box = await backend.create()
+        starts.append(time.perf_counter() - t)
+        for _ in range(5):
+            t = time.perf_counter()
+            await box.shell("echo hi")
+            trips.append(time.perf_counter() - t)
+        await box.close()
+    starts.sort()
+    print(
+        f"\nbwrap session start p50={statistics.median(starts) * 1000:.1f}ms max={starts[-1] * 1000:.1f}ms; "
+        f"command round trip p50={statistics.median(trips) * 1000:.2f}ms"
+    )
+    assert statistics.median(starts) < 2.0
