@@ -114,6 +114,12 @@ def fingerprint(*parts: str | Path) -> str:
     return h.hexdigest()
 
 
+def project_inputs(project: Path) -> list[Path]:
+    """What a project's wheel is made of: ``pyproject.toml``, ``README.md`` and its packages."""
+    files = [project / n for n in ("pyproject.toml", "README.md") if (project / n).is_file()]
+    return files + sorted(d for d in project.iterdir() if (d / "__init__.py").is_file())
+
+
 # ---------------------------------------------------------------------------- base
 
 
@@ -175,7 +181,7 @@ def build_image(
     """
     t0 = time.monotonic()
     base_id = client.images.get(base).id
-    fp = fingerprint(dockerfile, base_id, deps, *projects)
+    fp = fingerprint(dockerfile, base_id, deps, *(f for p in projects for f in project_inputs(p)))
     ref = f"{repo}:{fp[:12]}"
     if image_exists(client, ref) and not rebuild:
         client.images.get(ref).tag(repo, "latest")
