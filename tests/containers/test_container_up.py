@@ -1,0 +1,97 @@
+"""`agentrl-envs up --backend docker`: the DB task served from containers, checked and evaluated."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from docker_helpers import built_images, client  # noqa: F401 - fixtures
+from fastapi import FastAPI, Request
+from stack_helpers import ServerThread
+
+from agentrl_envs.containers.engine import STACK_LABEL
+from agentrl_envs.containers.up import DockerStack
+from agentrl_envs.stack import free_port
+
+pytestmark = pytest.mark.docker
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "agentrl_envs.cli", *args]
+
+
+def answer_zero_model() -> FastAPI:
+    """An OpenAI-compatible endpoint that answers every DB question with ``commit_final_answer(["0"])``."""
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "zero", "object": "model", "created": 0, "owned_by": "test"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict:
+        await request.json()
+        call = {"id": "c1", "type": "function", "function": {"name": "commit_final_answer", "arguments": '{"answers": ["0"]}'}}
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        return {
+            "id": "x", "object": "chat.completion", "created": 0, "model": "zero",
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }  # fmt: skip
+
+    return app
+
+
+def test_db_from_containers_passes_check_and_eval(built_images, client, tmp_path):  # noqa: F811
+    model = ServerThread(answer_zero_model()).start()
+    try:
+        with DockerStack(["db"]) as stack:
+            assert set(stack.health().values()) == {"healthy"}
+            ids = {c.id for c in stack.containers.values()}
+            assert {c.id for c in client.containers.list(filters={"label": f"{STACK_LABEL}={stack.id}"})} == ids
+            check = subprocess.run(cli("check", "db", "--controller", stack.url, "--json"), capture_output=True, text=True)
+            assert check.returncode == 0, check.stderr[-2000:]
+            assert json.loads(check.stdout)["solved"] == 60
+            out = tmp_path / "eval"
+            ev = subprocess.run(
+                cli("eval", "--tasks", "db", "--limit", "4", "--controller", stack.url, "--base-url", f"{model.url}/v1",
+                    "--output", str(out), "--no-progress"),
+                capture_output=True, text=True,
+            )  # fmt: skip
+            assert ev.returncode == 0, ev.stdout[-2000:] + ev.stderr[-2000:]
+            lines = (out / "trajectories.jsonl").read_text().splitlines()
+            assert len(lines) == 4
+        assert not client.containers.list(all=True, filters={"label": f"{STACK_LABEL}={stack.id}"}), "teardown by id"
+    finally:
+        model.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_up_backend_docker_serves_then_removes_its_containers(built_images, client, sig):  # noqa: F811
+    port = free_port()
+    proc = subprocess.Popen(
+        cli("up", "--backend", "docker", "--tasks", "db", "--port", str(port)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 120
+        while not any(STACK_LABEL in line for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            lines.append(proc.stdout.readline())
+        assert f"http://127.0.0.1:{port}/api" in "".join(lines)
+        stack_id = next(line for line in lines if STACK_LABEL in line).split(f"{STACK_LABEL}=")[1].split()[0]
+        r = httpx.post(f"http://127.0.0.1:{port}/api/start_sample", json={"name": "db", "index": 0})
+        assert r.status_code == 200 and r.json()["tools"][0]["function"]["name"] == "execute_sql"
+        assert len(client.containers.list(filters={"label": f"{STACK_LABEL}={stack_id}"})) == 2
+        proc.send_signal(sig)
+        assert proc.wait(60) == 0
+        assert not client.containers.list(all=True, filters={"label": f"{STACK_LABEL}={stack_id}"})
+    finally:
+        if proc.poll() is None:
+            proc.kill()
