@@ -32,10 +32,14 @@ class SampleCheck:
 
 @dataclass
 class CheckReport:
+    """``total`` counts the samples that have a reference solution; the others are listed in
+    ``without_reference`` and are neither solved nor failed."""
+
     task: str
     total: int
     solved: int
     samples: list[SampleCheck] = field(default_factory=list)
+    without_reference: list[int] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -47,6 +51,7 @@ class CheckReport:
             "total": self.total,
             "solved": self.solved,
             "rate": self.rate,
+            "without_reference": self.without_reference,
             "samples": [asdict(s) for s in self.samples],
         }
 
@@ -97,15 +102,18 @@ async def check_task(
             raise AgentRLEnvsError(
                 f"the worker serves {len(indices)} samples of {task_cls.name!r}, this checker loaded {len(samples)}: same split/data?"
             )
+        solutions = {i: task_cls.reference_solution(sample) for i, sample in enumerate(samples)}
+        checked = [i for i, solution in solutions.items() if solution is not None]
         gate = asyncio.Semaphore(concurrency)
-        bar = tqdm(total=len(samples), desc=f"check {task_cls.name}", disable=not progress, unit="sample")
+        bar = tqdm(total=len(checked), desc=f"check {task_cls.name}", disable=not progress, unit="sample")
 
         async def run(i: int) -> SampleCheck:
             async with gate:
-                result = await _check_one(client, task_cls.name, i, task_cls.reference_solution(samples[i]))
+                result = await _check_one(client, task_cls.name, i, solutions[i] or [])
                 bar.update(1)
                 return result
 
-        results = await asyncio.gather(*(run(i) for i in range(len(samples))))
+        results = await asyncio.gather(*(run(i) for i in checked))
         bar.close()
-    return CheckReport(task_cls.name, len(results), sum(r.solved for r in results), list(results))
+    missing = [i for i, solution in solutions.items() if solution is None]
+    return CheckReport(task_cls.name, len(results), sum(r.solved for r in results), list(results), missing)

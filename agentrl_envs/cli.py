@@ -161,7 +161,10 @@ def cmd_check(a: argparse.Namespace) -> int:
         for s in report.samples:
             if not s.solved:
                 print(f"  sample {s.index}: {s.status}, reward {s.reward}: {s.error}")
-        print(f"{report.task}: solved {report.solved}/{report.total} ({report.rate:.1%})")
+        print(f"{report.task}: solved {report.solved}/{report.total} ({report.rate:.1%})", end="")
+        if report.without_reference:
+            print(f"; {len(report.without_reference)} samples have no reference solution: {report.without_reference}", end="")
+        print()
     return 0 if report.rate >= a.min_rate else 1
 
 

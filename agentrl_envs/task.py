@@ -172,10 +172,12 @@ class Task:
         return custom_task
 
     @classmethod
-    def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]]:
-        """The tool calls that solve ``sample``: ``[{"name": ..., "arguments": {...}}, ...]``.
+    def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The tool calls that solve ``sample``: ``[{"name": ..., "arguments": {...}}, ...]``,
+        or ``None`` when no solution is known for this sample.
 
-        ``agentrl-envs check`` replays them one per turn and expects reward 1."""
+        ``agentrl-envs check`` replays them one per turn and expects reward 1; samples without
+        one are reported apart, never counted as solved or failed."""
         raise NotImplementedError(f"task {cls.name!r} has no reference solutions")
 
     @classmethod

@@ -54,3 +54,15 @@ def test_unknown_task_and_option_are_clear_errors(capsys):
     assert "unknown task 'nope'" in capsys.readouterr().err
     assert main(["check", "db", "--option", "colour=red"]) == 2
     assert "has no option 'colour'" in capsys.readouterr().err
+
+
+def test_samples_without_a_reference_are_reported_apart(capsys, monkeypatch):
+    from agentrl_envs.tasks.echo import EchoTask
+
+    original = EchoTask.reference_solution.__func__
+    monkeypatch.setattr(
+        EchoTask, "reference_solution", classmethod(lambda cls, s: None if s["word"] == "river" else original(cls, s))
+    )
+    code, report = check(capsys, "echo")
+    # The worker is another process (unpatched); this process decides what is replayed.
+    assert code == 0 and (report["solved"], report["total"], report["without_reference"]) == (7, 7, [1])

@@ -57,7 +57,6 @@ class OSConfig(BaseModel):
 
 
 #: What :meth:`OSTask.reference_solution` returns for a sample without one (it scores 0).
-NO_REFERENCE = [{"name": "finish_action", "arguments": {"thought": "no reference solution is known for this sample"}}]
 
 
 def _reference_answers() -> dict[str, dict[str, Any]]:
@@ -98,11 +97,11 @@ class OSTask(Task):
             raise DataError(f"custom_task: {e}") from None
 
     @classmethod
-    def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]]:
+    def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]] | None:
         """Recorded calls (``reference`` in the sample, from ``data/reference.json``), else: a
         ``match.answer`` sample answers it; a check chain without a ``null`` entry runs the bash
-        ``example`` and finishes. The rest (README lists them) get :data:`NO_REFERENCE`, which
-        ``agentrl-envs check`` reports as unsolved: use :meth:`has_reference` to tell them apart."""
+        ``example`` and finishes. The rest (README lists them) have none: ``None``, which
+        ``agentrl-envs check`` reports apart."""
         if "reference" in sample:
             return sample["reference"]
         if sample.get("match") and "answer" in sample["match"]:
@@ -113,11 +112,11 @@ class OSTask(Task):
                 {"name": "bash_action", "arguments": {"script": ex["code"]}},
                 {"name": "finish_action", "arguments": {"thought": "done"}},
             ]
-        return list(NO_REFERENCE)
+        return None
 
     @classmethod
     def has_reference(cls, sample: dict[str, Any]) -> bool:
-        return cls.reference_solution(sample) != NO_REFERENCE
+        return cls.reference_solution(sample) is not None
 
     # ------------------------------------------------------------------ worker resources
 
