@@ -5,7 +5,8 @@ Each sandbox is a container of ``image`` (default ``agentrl/base:latest``, impor
 ``sleep infinity`` as PID 1 with ``--network none``, a memory cap (swap included), a CPU share, a
 pids limit and ``no-new-privileges``; nothing from the host is mounted. Its persistent shell is
 an interactive ``bash`` reached through ``docker exec -i`` (interactive so that SIGINT ends the
-running command, a pure-bash loop included, and leaves the shell alive). A script is sent as
+running command, a pure-bash loop included, and leaves the shell alive; as in AgentBench's
+terminal, starting a background job prints ``[1] PID``). A script is sent as
 base64 and ``eval``'d with stdin from ``/dev/null`` (it cannot read the protocol), followed by a
 unique marker carrying ``$?``.
 
@@ -34,7 +35,7 @@ from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxL
 LABEL = "agentrl.sandbox"
 PID_LABEL = "agentrl.sandbox.pid"
 _SHELL = ["bash", "--noprofile", "--norc", "--noediting", "-i"]
-_SETUP = "PS1=; PS2=; PS0=; PROMPT_COMMAND=; set +H; exec 2>&1; echo __agentrl_pid=$$\n"
+_SETUP = "PS1=; PS2=; PS0=; PROMPT_COMMAND=; set +H +m; exec 2>&1; echo __agentrl_pid=$$\n"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -226,6 +227,7 @@ class DockerBackend(SandboxBackend):
             nano_cpus=int(lim.cpus * 1e9),
             pids_limit=lim.pids,
             security_opt=["no-new-privileges"],
+            init=True,  # reaps orphans: PID 1 `sleep` would leave zombies holding the pids limit
             labels={LABEL: self.id, PID_LABEL: str(os.getpid())},
             working_dir="/root",
         )
