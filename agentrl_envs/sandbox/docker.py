@@ -3,8 +3,10 @@
 Each sandbox is a container of ``image`` (default ``agentrl/base:latest``, imported by
 ``agentrl-envs build`` or by :meth:`DockerBackend.open` from the root filesystem) running
 ``sleep infinity`` as PID 1 with ``--network none``, a memory cap (swap included), a CPU share, a
-pids limit and ``no-new-privileges``; nothing from the host is mounted. Its persistent shell is
-an interactive ``bash`` reached through ``docker exec -i`` (interactive so that SIGINT ends the
+pids limit, ``no-new-privileges`` and ``--init`` (reaps orphans); nothing from the host is
+mounted. Every process in it is started through the engine's exec API over its socket (the docker
+SDK; no ``docker`` CLI needed, so a worker in a container can use a mounted engine socket). Its
+persistent shell is an interactive ``bash`` (interactive so that SIGINT ends the
 running command, a pure-bash loop included, and leaves the shell alive; as in AgentBench's
 terminal, starting a background job prints ``[1] PID``). A script is sent as
 base64 and ``eval``'d with stdin from ``/dev/null`` (it cannot read the protocol), followed by a
@@ -13,9 +15,10 @@ unique marker carrying ``$?``.
 The warm pool keeps ``pool_size`` containers started, each with its shell open, so
 :meth:`DockerBackend.create` takes one at once and refills in the background; an empty pool
 falls back to a cold start. Every container carries ``agentrl.sandbox=<backend id>`` and
-``agentrl.sandbox.pid=<worker pid>``: :meth:`~DockerBackend.close` removes the backend's
-containers, an ``atexit`` hook does the same if the worker exits without closing, and
-:meth:`~DockerBackend.open` removes containers left by a dead worker process on this host.
+``agentrl.sandbox.pid=<worker pid>`` and ``agentrl.sandbox.pidns=<its pid namespace>``:
+:meth:`~DockerBackend.close` removes the backend's containers, an ``atexit`` hook does the same if
+the worker exits without closing, and :meth:`~DockerBackend.open` removes containers left by a
+dead worker process of the same pid namespace.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import atexit
 import base64
 import contextlib
 import os
+import re
 import secrets
 import time
 from collections.abc import Sequence
@@ -34,8 +38,71 @@ from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxL
 
 LABEL = "agentrl.sandbox"
 PID_LABEL = "agentrl.sandbox.pid"
+PIDNS_LABEL = "agentrl.sandbox.pidns"
 _SHELL = ["bash", "--noprofile", "--norc", "--noediting", "-i"]
 _SETUP = "PS1=; PS2=; PS0=; PROMPT_COMMAND=; set +H +m; exec 2>&1; echo __agentrl_pid=$$\n"
+
+
+def _pidns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"
+
+
+class _Exec:
+    """A process started with the engine's exec API; stdin/stdout over its (multiplexed) socket."""
+
+    def __init__(
+        self, client: Any, exec_id: str, sock: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stderr: bool
+    ) -> None:
+        self._client = client
+        self._stderr = stderr
+        self.exec_id = exec_id
+        self._sock = sock  # keeps the SDK's socket wrapper alive
+        self._reader = reader
+        self._writer = writer
+        self.eof = False
+
+    @classmethod
+    async def start(cls, client: Any, container_id: str, cmd: list[str], *, stderr: bool = True) -> _Exec:
+        """Start ``cmd``; ``stderr=False`` drops what it writes to stderr."""
+
+        def create() -> tuple[str, Any]:
+            exec_id = client.api.exec_create(container_id, cmd, stdin=True, stdout=True, stderr=True)["Id"]
+            return exec_id, client.api.exec_start(exec_id, socket=True)
+
+        exec_id, sock = await asyncio.to_thread(create)
+        raw = getattr(sock, "_sock", sock)
+        raw.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=raw)
+        return cls(client, exec_id, sock, reader, writer, stderr)
+
+    async def read(self) -> bytes:
+        """The next frame's payload (stdout, or stderr if kept); ``b""`` at end of stream."""
+        try:
+            while True:
+                header = await self._reader.readexactly(8)
+                payload = await self._reader.readexactly(int.from_bytes(header[4:], "big"))
+                if header[0] != 2 or self._stderr:
+                    return payload
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.eof = True
+            return b""
+
+    async def write(self, data: bytes, *, eof: bool = False) -> None:
+        self._writer.write(data)
+        if eof:
+            self._writer.write_eof()
+        await self._writer.drain()
+
+    async def exit_code(self) -> int | None:
+        info = await asyncio.to_thread(self._client.api.exec_inspect, self.exec_id)
+        return None if info.get("Running") else info.get("ExitCode")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._writer.close()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -51,7 +118,7 @@ def _pid_alive(pid: int) -> bool:
 class DockerSandbox(Sandbox):
     """One session's container and its shell; made by :class:`DockerBackend`."""
 
-    def __init__(self, backend: DockerBackend, container_id: str, proc: asyncio.subprocess.Process, shell_pid: int) -> None:
+    def __init__(self, backend: DockerBackend, container_id: str, proc: _Exec, shell_pid: int) -> None:
         self._backend = backend
         self.container_id = container_id
         self._proc = proc
@@ -59,21 +126,13 @@ class DockerSandbox(Sandbox):
         self._closed = False
         self._dead = False
 
-    async def _docker(self, *args: str, timeout: float = 10.0) -> tuple[int | None, bytes]:
-        proc = await asyncio.create_subprocess_exec(
-            "docker", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL
-        )
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-        except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-            return None, b""
-        return proc.returncode, out
+    async def _run_quiet(self, *cmd: str) -> None:
+        """Run a short helper command (kill, pkill) in the container, ignoring what it says."""
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(self._backend._client.containers.get(self.container_id).exec_run, list(cmd))
 
     async def _read_until(self, marker: bytes, deadline: float) -> tuple[bytes, bytes | None]:
         """Read the shell's stdout until ``marker`` + the rest of its line; ``(before, line)`` or ``(buf, None)`` on timeout/EOF."""
-        assert self._proc.stdout is not None
         buf = bytearray()
         while True:
             i = buf.find(marker)
@@ -85,7 +144,7 @@ class DockerSandbox(Sandbox):
             if left <= 0:
                 return bytes(buf), None
             try:
-                chunk = await asyncio.wait_for(self._proc.stdout.read(65536), left)
+                chunk = await asyncio.wait_for(self._proc.read(), left)
             except asyncio.TimeoutError:
                 return bytes(buf), None
             if not chunk:
@@ -94,17 +153,15 @@ class DockerSandbox(Sandbox):
             buf += chunk
 
     async def shell(self, script: str, timeout: float | None = None) -> CommandResult:
-        if self._closed or self._dead or self._proc.returncode is not None:
+        if self._closed or self._dead or self._proc.eof:
             raise SandboxError("the session's shell is gone (closed, exited or killed)")
-        assert self._proc.stdin is not None
         timeout = self._backend.limits.command_timeout_s if timeout is None else timeout
         marker = f"__agentrl_done_{secrets.token_hex(8)}__".encode()
         b64 = base64.b64encode(script.encode()).decode()
         line = f"eval \"$(printf %s '{b64}' | base64 -d)\" </dev/null; printf '%s%d\\n' '{marker.decode()}' $?\n"
         try:
-            self._proc.stdin.write(line.encode())
-            await self._proc.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError) as e:
+            await self._proc.write(line.encode())
+        except (BrokenPipeError, ConnectionError) as e:
             self._dead = True
             raise SandboxError(f"the session's shell is gone: {e}") from None
         out, tail = await self._read_until(marker, time.monotonic() + timeout)
@@ -116,15 +173,13 @@ class DockerSandbox(Sandbox):
 
     async def _interrupt(self, out: bytes) -> CommandResult:
         """SIGINT the shell's process group, SIGKILL its children if that is not enough, resync."""
-        await self._docker("exec", self.container_id, "kill", "-INT", "--", f"-{self._shell_pid}")
+        await self._run_quiet("kill", "-INT", "--", f"-{self._shell_pid}")
         marker = f"__agentrl_sync_{secrets.token_hex(8)}__".encode()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(b"\nprintf '%s%d\\n' '" + marker + b"' 0\n")
-            await self._proc.stdin.drain()
+        with contextlib.suppress(BrokenPipeError, ConnectionError):
+            await self._proc.write(b"\nprintf '%s%d\\n' '" + marker + b"' 0\n")
         more, tail = await self._read_until(marker, time.monotonic() + 2.0)
         if tail is None and not self._dead:
-            await self._docker("exec", self.container_id, "pkill", "-KILL", "-P", str(self._shell_pid))
+            await self._run_quiet("pkill", "-KILL", "-P", str(self._shell_pid))
             more2, tail = await self._read_until(marker, time.monotonic() + 2.0)
             more += more2
             if tail is None:
@@ -137,30 +192,34 @@ class DockerSandbox(Sandbox):
         if self._closed:
             raise SandboxError("the sandbox is closed")
         timeout = self._backend.limits.command_timeout_s if timeout is None else timeout
-        # coreutils `timeout` inside the container kills the command itself, not just our client.
-        proc = await asyncio.create_subprocess_exec(
-            "docker", "exec", "-i", self.container_id, "timeout", "-k", "1", f"{timeout}", "bash", "-c", script, "bash", *args,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
+        # coreutils `timeout` inside the container kills the command itself, not just our stream.
+        cmd = ["timeout", "-k", "1", f"{timeout}", "bash", "-c", script, "bash", *args]
         try:
-            out, _ = await asyncio.wait_for(proc.communicate((stdin or "").encode()), timeout + 10)
+            proc = await _Exec.start(self._backend._client, self.container_id, cmd)
+        except Exception as e:
+            raise SandboxError(f"the sandbox is gone: {e}") from None
+        out = bytearray()
+
+        async def collect() -> None:
+            await proc.write((stdin or "").encode(), eof=True)
+            while chunk := await proc.read():
+                out.extend(chunk)
+
+        try:
+            await asyncio.wait_for(collect(), timeout + 10)
         except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-            return CommandResult(None, "", timed_out=True)
-        if proc.returncode in (124, 137) and out.startswith(b"Error response from daemon"):
-            raise SandboxError(f"the sandbox is gone: {out.decode(errors='replace').strip()}")
-        timed_out = proc.returncode in (124, 137)
-        return CommandResult(None if timed_out else proc.returncode, out.decode(errors="replace"), timed_out=timed_out)
+            return CommandResult(None, out.decode(errors="replace"), timed_out=True)
+        finally:
+            proc.close()
+        code = await proc.exit_code()
+        timed_out = code in (124, 137)
+        return CommandResult(None if timed_out else code, out.decode(errors="replace"), timed_out=timed_out)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        with contextlib.suppress(ProcessLookupError):
-            self._proc.kill()
-        with contextlib.suppress(Exception):
-            await self._proc.wait()
+        self._proc.close()
         await self._backend._remove(self.container_id)
 
 
@@ -210,7 +269,7 @@ class DockerBackend(SandboxBackend):
         """Remove sandbox containers whose worker process (on this host) is gone."""
         for c in client.containers.list(all=True, filters={"label": LABEL}):
             pid = c.labels.get(PID_LABEL, "")
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if c.labels.get(PIDNS_LABEL) == _pidns() and pid.isdigit() and not _pid_alive(int(pid)):
                 with contextlib.suppress(Exception):
                     c.remove(force=True)
 
@@ -228,7 +287,7 @@ class DockerBackend(SandboxBackend):
             pids_limit=lim.pids,
             security_opt=["no-new-privileges"],
             init=True,  # reaps orphans: PID 1 `sleep` would leave zombies holding the pids limit
-            labels={LABEL: self.id, PID_LABEL: str(os.getpid())},
+            labels={LABEL: self.id, PID_LABEL: str(os.getpid()), PIDNS_LABEL: _pidns()},
             working_dir="/root",
         )
         return c.id
@@ -236,17 +295,18 @@ class DockerBackend(SandboxBackend):
     async def _start(self) -> DockerSandbox:
         cid = await asyncio.to_thread(self._run_container)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                "docker", "exec", "-i", cid, *_SHELL,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(_SETUP.encode())
-            await proc.stdin.drain()
-            line = await asyncio.wait_for(proc.stdout.readline(), 30)
-            if not line.startswith(b"__agentrl_pid="):
-                raise SandboxError(f"the sandbox shell did not start: {line!r}")
-            box = DockerSandbox(self, cid, proc, int(line.split(b"=", 1)[1]))
+            # Only bash's start-up notices and first prompt go to stderr: _SETUP sends it to stdout.
+            proc = await _Exec.start(self._client, cid, _SHELL, stderr=False)
+            await proc.write(_SETUP.encode())
+            buf = b""
+            while not re.search(rb"__agentrl_pid=(\d+)\n", buf):
+                chunk = await asyncio.wait_for(proc.read(), 30)
+                if not chunk:
+                    raise SandboxError(f"the sandbox shell did not start: {buf[-500:]!r}")
+                buf += chunk
+            pid = re.search(rb"__agentrl_pid=(\d+)\n", buf)
+            assert pid is not None
+            box = DockerSandbox(self, cid, proc, int(pid.group(1)))
         except BaseException:
             await self._remove(cid)
             raise
@@ -272,7 +332,7 @@ class DockerBackend(SandboxBackend):
         while not self._pool.empty():
             box = self._pool.get_nowait()
             self._spawn_refill()
-            if box._proc.returncode is None:
+            if not box._proc.eof:
                 return box
             await box.close()
         if self.pool_size:

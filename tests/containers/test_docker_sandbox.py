@@ -11,7 +11,7 @@ import pytest
 from docker_helpers import require_docker
 
 from agentrl_envs.sandbox import SandboxError, SandboxLimits
-from agentrl_envs.sandbox.docker import LABEL, PID_LABEL, DockerBackend
+from agentrl_envs.sandbox.docker import LABEL, PID_LABEL, PIDNS_LABEL, DockerBackend, _pidns
 
 pytestmark = pytest.mark.docker
 
@@ -126,7 +126,11 @@ async def test_open_reaps_containers_of_dead_workers():
 
     client = docker_client()
     orphan = client.containers.run(
-        "agentrl/base:latest", ["sleep", "60"], detach=True, network_mode="none", labels={LABEL: "gone", PID_LABEL: "4194999"}
+        "agentrl/base:latest",
+        ["sleep", "60"],
+        detach=True,
+        network_mode="none",
+        labels={LABEL: "gone", PID_LABEL: "4194999", PIDNS_LABEL: _pidns()},
     )
     try:
         async with DockerBackend(LIMITS, pool_size=0):
