@@ -158,7 +158,9 @@ def _wheels(projects: Iterable[Path], dest: Path, deps: Deps, log: Log) -> None:
     _pip("wheel", "-q", "--no-deps", "-w", str(dest), *map(str, projects), log=log)
     if deps == "host":
         # Same interpreter version as the base image's python3 (both 3.11 on Debian bookworm).
-        _pip("download", "-q", "-d", str(dest), *map(str, sorted(dest.glob("*.whl"))), log=log)
+        # agentrl-envs with its docker extra: a worker whose sessions are containers needs the SDK.
+        reqs = [f"{w}[docker]" if w.name.startswith("agentrl_envs-") else str(w) for w in sorted(dest.glob("*.whl"))]
+        _pip("download", "-q", "-d", str(dest), *reqs, log=log)
 
 
 def build_image(

@@ -21,6 +21,9 @@ WORKER_REPO_PREFIX = "agentrl/worker-"
 INPUTS_LABEL = "agentrl.inputs"
 #: Label on every container ``up`` starts: the stack's id (teardown removes by id, never by name).
 STACK_LABEL = "agentrl.stack"
+#: Image label: ``true`` when the worker needs the engine's socket (its sessions are containers).
+MOUNT_SOCKET_LABEL = "agentrl.mount-docker-socket"
+DOCKER_SOCKET = "/var/run/docker.sock"
 
 
 class DockerUnavailable(InfrastructureError):

@@ -10,6 +10,9 @@ container carries the label ``agentrl.stack=<stack id>``.
 Workers on other hosts join the same controller with
 ``docker run --network host -e PORT=5021 agentrl/worker-db --controller http://THIS_HOST:PORT/api --self http://THAT_HOST:5021/api``
 (the controller must then listen on a reachable address: ``host="0.0.0.0"``).
+
+An image labelled ``agentrl.mount-docker-socket=true`` (the OS worker: its sessions are sibling
+containers) gets the engine's socket mounted.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import httpx
 
 from ..errors import InfrastructureError
 from ..stack import free_port
-from .engine import CONTROLLER_REPO, STACK_LABEL, docker_client, image_exists, worker_repo
+from .engine import CONTROLLER_REPO, DOCKER_SOCKET, MOUNT_SOCKET_LABEL, STACK_LABEL, docker_client, image_exists, worker_repo
 
 
 class DockerStack:
@@ -73,6 +76,10 @@ class DockerStack:
     def _run(self, role: str, image: str, port: int, args: list[str]) -> None:
         if not image_exists(self._client, image):
             raise InfrastructureError(f"image {image} is missing: run `agentrl-envs build {' '.join(self.tasks)}` first")
+        run_args = dict(self.extra_run_args.get(role, {}))
+        if self._client.images.get(image).labels.get(MOUNT_SOCKET_LABEL) == "true":
+            # The worker's sessions are sibling containers on this engine (see envs/os/Dockerfile).
+            run_args.setdefault("volumes", {})[DOCKER_SOCKET] = {"bind": DOCKER_SOCKET, "mode": "rw"}
         c = self._client.containers.run(
             image,
             command=args,
@@ -81,7 +88,7 @@ class DockerStack:
             labels={STACK_LABEL: self.id, "agentrl.role": role},
             name=f"agentrl-{self.id}-{role}",
             detach=True,
-            **self.extra_run_args.get(role, {}),
+            **run_args,
         )
         self.containers[role] = c
 
