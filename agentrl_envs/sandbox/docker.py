@@ -30,6 +30,7 @@ import contextlib
 import os
 import re
 import secrets
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -103,6 +104,13 @@ class _Exec:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._writer.close()
+
+
+def _force_remove(client: Any, cid: str) -> None:
+    try:
+        client.api.remove_container(cid, force=True)
+    except Exception:
+        pass
 
 
 def _pid_alive(pid: int) -> bool:
@@ -293,7 +301,13 @@ class DockerBackend(SandboxBackend):
         return c.id
 
     async def _start(self) -> DockerSandbox:
-        cid = await asyncio.to_thread(self._run_container)
+        started = asyncio.ensure_future(asyncio.to_thread(self._run_container))
+        try:
+            cid = await asyncio.shield(started)
+        except asyncio.CancelledError:
+            # The engine still creates the container: remove it once it exists.
+            started.add_done_callback(lambda f: f.cancelled() or f.exception() or self._remove_later(f.result()))
+            raise
         try:
             # Only bash's start-up notices and first prompt go to stderr: _SETUP sends it to stdout.
             proc = await _Exec.start(self._client, cid, _SHELL, stderr=False)
@@ -350,6 +364,11 @@ class DockerBackend(SandboxBackend):
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self._client.api.remove_container, cid, force=True)
 
+    def _remove_later(self, cid: str) -> None:
+        client = self._client
+        if client is not None:
+            threading.Thread(target=_force_remove, args=(client, cid), daemon=True).start()
+
     def _remove_all_sync(self) -> None:
         if self._client is None:
             return
@@ -362,8 +381,7 @@ class DockerBackend(SandboxBackend):
         if self._closed:
             return
         self._closed = True
-        for t in list(self._refill):
-            t.cancel()
+        # Not cancelled: a container being started is then closed by its refill task itself.
         await asyncio.gather(*self._refill, return_exceptions=True)
         while not self._pool.empty():
             await self._pool.get_nowait().close()

@@ -2,8 +2,8 @@
 
 ``require_docker()`` skips a test when no Docker engine answers, except under ``CI=true``, where
 ``.ci/run`` must have started one (``.ci/docker.sh``) and a missing engine fails the test.
-``built_images`` builds (or reuses, by input hash) the base, controller and worker-db images once
-per test session.
+``built_images`` builds (or reuses, by input hash) the base, controller, worker-db and worker-os
+images once per test session.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import pytest
 
 from agentrl_envs.containers.build import Built, build_all
 from agentrl_envs.containers.engine import docker_client, engine_available
+
+TASKS = ["db", "os"]
 
 
 def require_docker() -> None:
@@ -34,9 +36,9 @@ def require_docker() -> None:
 
 @pytest.fixture(scope="session")
 def built_images() -> Iterator[dict[str, Built]]:
-    """``{"base": Built, "controller": Built, "worker-db": Built}``, built or reused."""
+    """``{"base": Built, "controller": Built, "worker-db": Built, "worker-os": Built}``, built or reused."""
     require_docker()
-    yield {b.name: b for b in build_all(["db"], log=lambda _: None)}
+    yield {b.name: b for b in build_all(TASKS, log=lambda _: None)}
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from docker_helpers import built_images, client  # noqa: F401 - fixtures
+from docker_helpers import TASKS, built_images, client  # noqa: F401 - fixtures
 
 from agentrl_envs.containers.build import build_all, fingerprint, project_inputs, repo_root, task_dir
 from agentrl_envs.containers.engine import INPUTS_LABEL
@@ -41,16 +41,18 @@ def test_task_dir_and_fingerprint_cover_what_the_wheel_holds(tmp_path):
 
 @pytest.mark.docker
 def test_build_makes_images_with_healthchecks_and_reuses_them(built_images, client):  # noqa: F811
-    assert set(built_images) == {"base", "controller", "worker-db"}
-    for name in ("controller", "worker-db"):
+    names = ["base", "controller", *(f"worker-{t}" for t in TASKS)]
+    assert list(built_images) == names
+    for name in names[1:]:
         image = client.images.get(built_images[name].ref)
         health = image.attrs["Config"]["Healthcheck"]["Test"]
         assert any("/health" in part for part in health), health
         assert image.labels[INPUTS_LABEL].startswith(built_images[name].ref.rsplit(":", 1)[1])
         assert client.images.get(built_images[name].ref.rsplit(":", 1)[0] + ":latest").id == image.id
-    again = build_all(["db"], log=lambda _: None)
+    again = build_all(TASKS, log=lambda _: None)
     assert all(b.reused for b in again), "unchanged inputs reuse every image"
-    assert [b.ref for b in again] == [built_images[n].ref for n in ("base", "controller", "worker-db")]
+    assert [b.ref for b in again] == [built_images[n].ref for n in names]
+    assert client.images.get(built_images["worker-os"].ref).labels["agentrl.mount-docker-socket"] == "true"
 
 
 @pytest.mark.docker

@@ -26,7 +26,7 @@ def cli(*args: str) -> list[str]:
 
 
 def answer_zero_model() -> FastAPI:
-    """An OpenAI-compatible endpoint that answers every DB question with ``commit_final_answer(["0"])``."""
+    """An OpenAI-compatible endpoint that answers at once: ``commit_final_answer(["0"])`` (db), ``answer_action("0")`` (os)."""
     app = FastAPI()
 
     @app.get("/v1/models")
@@ -35,8 +35,11 @@ def answer_zero_model() -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> dict:
-        await request.json()
-        call = {"id": "c1", "type": "function", "function": {"name": "commit_final_answer", "arguments": '{"answers": ["0"]}'}}
+        tools = {t["function"]["name"] for t in (await request.json()).get("tools", [])}
+        name, args = (
+            ("answer_action", '{"answer": "0"}') if "answer_action" in tools else ("commit_final_answer", '{"answers": ["0"]}')
+        )
+        call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": args}}
         message = {"role": "assistant", "content": None, "tool_calls": [call]}
         return {
             "id": "x", "object": "chat.completion", "created": 0, "model": "zero",
@@ -47,26 +50,30 @@ def answer_zero_model() -> FastAPI:
     return app
 
 
-def test_db_from_containers_passes_check_and_eval(built_images, client, tmp_path):  # noqa: F811
+def test_db_and_os_from_containers_pass_check_and_eval(built_images, client, tmp_path):  # noqa: F811
     model = ServerThread(answer_zero_model()).start()
     try:
-        with DockerStack(["db"]) as stack:
+        with DockerStack(["db", "os"]) as stack:
             assert set(stack.health().values()) == {"healthy"}
             ids = {c.id for c in stack.containers.values()}
             assert {c.id for c in client.containers.list(filters={"label": f"{STACK_LABEL}={stack.id}"})} == ids
             check = subprocess.run(cli("check", "db", "--controller", stack.url, "--json"), capture_output=True, text=True)
             assert check.returncode == 0, check.stderr[-2000:]
             assert json.loads(check.stdout)["solved"] == 60
+            check = subprocess.run(cli("check", "os", "--controller", stack.url, "--json"), capture_output=True, text=True)
+            assert check.returncode == 0, check.stderr[-2000:]
+            assert json.loads(check.stdout)["solved"] >= 24, "every dev sample with a reference solution"
             out = tmp_path / "eval"
             ev = subprocess.run(
-                cli("eval", "--tasks", "db", "--limit", "4", "--controller", stack.url, "--base-url", f"{model.url}/v1",
+                cli("eval", "--tasks", "db,os", "--limit", "2", "--controller", stack.url, "--base-url", f"{model.url}/v1",
                     "--output", str(out), "--no-progress"),
                 capture_output=True, text=True,
             )  # fmt: skip
             assert ev.returncode == 0, ev.stdout[-2000:] + ev.stderr[-2000:]
             lines = (out / "trajectories.jsonl").read_text().splitlines()
-            assert len(lines) == 4
+            assert sorted(json.loads(line)["task"] for line in lines) == ["db", "db", "os", "os"]
         assert not client.containers.list(all=True, filters={"label": f"{STACK_LABEL}={stack.id}"}), "teardown by id"
+        assert not client.containers.list(all=True, filters={"label": "agentrl.sandbox"}), "no OS session container left"
     finally:
         model.stop()
 

@@ -33,7 +33,7 @@ def be_containers(be: DockerBackend) -> list:
 
     c = docker_client()
     try:
-        return c.containers.list(all=True, filters={"label": f"{LABEL}={be.id}"})
+        return c.api.containers(all=True, filters={"label": f"{LABEL}={be.id}"})  # no per-container inspect: no race
     finally:
         c.close()
 
@@ -104,7 +104,7 @@ async def test_close_removes_the_container_and_a_dead_shell_raises(backend):
         await sb.shell("echo hi")
     await sb.close()
     await sb.close()  # idempotent
-    assert cid not in {c.id for c in be_containers(backend)}
+    assert cid not in {c["Id"] for c in be_containers(backend)}
 
 
 async def test_warm_pool_starts_sessions_fast(backend):
