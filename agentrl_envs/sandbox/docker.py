@@ -40,6 +40,8 @@ from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxL
 LABEL = "agentrl.sandbox"
 PID_LABEL = "agentrl.sandbox.pid"
 PIDNS_LABEL = "agentrl.sandbox.pidns"
+#: Bytes of a command's output kept at its start and at its end when it writes more than twice this.
+_KEEP = 1 << 20
 _SHELL = ["bash", "--noprofile", "--norc", "--noediting", "-i"]
 _SETUP = "PS1=; PS2=; PS0=; PROMPT_COMMAND=; set +H +m; exec 2>&1; echo __agentrl_pid=$$\n"
 
@@ -159,6 +161,9 @@ class DockerSandbox(Sandbox):
                 self._dead = True
                 return bytes(buf), None
             buf += chunk
+            if len(buf) > 2 * _KEEP:  # a command flooding its output: keep its head and tail only
+                del buf[_KEEP : len(buf) - _KEEP]
+                buf[_KEEP:_KEEP] = b"\n[... output cut ...]\n"
 
     async def shell(self, script: str, timeout: float | None = None) -> CommandResult:
         if self._closed or self._dead or self._proc.eof:
@@ -207,6 +212,7 @@ class DockerSandbox(Sandbox):
         except Exception as e:
             raise SandboxError(f"the sandbox is gone: {e}") from None
         out = bytearray()
+        t0 = time.monotonic()
 
         async def collect() -> None:
             await proc.write((stdin or "").encode(), eof=True)
@@ -220,7 +226,8 @@ class DockerSandbox(Sandbox):
         finally:
             proc.close()
         code = await proc.exit_code()
-        timed_out = code in (124, 137)
+        # 124/137 from `timeout` only when the time is up: an OOM-killed command also exits 137.
+        timed_out = code in (124, 137) and time.monotonic() - t0 >= timeout
         return CommandResult(None if timed_out else code, out.decode(errors="replace"), timed_out=timed_out)
 
     async def close(self) -> None:
