@@ -142,3 +142,30 @@ async def test_open_reaps_containers_of_dead_workers():
         except Exception:
             pass
         client.close()
+
+
+async def test_no_container_left_after_finished_cancelled_and_abandoned_sessions():
+    require_docker()
+    be = DockerBackend(LIMITS, pool_size=2)
+    await be.open()
+    try:
+
+        async def session(i: int) -> None:
+            sb = await be.create()
+            if i % 3 == 0:  # finished
+                await sb.shell("echo done")
+                await sb.close()
+            elif i % 3 == 1:  # cancelled mid-command (a worker cancelling the session)
+                task = asyncio.ensure_future(sb.shell("sleep 30"))
+                await asyncio.sleep(0.2)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                await sb.close()
+            # else: abandoned, never closed; the backend's close removes it
+
+        for start in range(0, 30, 6):
+            await asyncio.gather(*(session(i) for i in range(start, start + 6)))
+    finally:
+        await be.close()
+    assert not be_containers(be)
