@@ -214,7 +214,20 @@ def build_image(
     if not image_exists(client, ref):
         raise BuildError(f"building {ref} produced no image:\n" + "\n".join(lines[-30:]))
     client.images.get(ref).tag(repo, "latest")
+    prune_superseded(client, repo, ref)
     return Built(name, ref, False, time.monotonic() - t0)
+
+
+def prune_superseded(client: Any, repo: str, keep: str) -> None:
+    """Remove older builds of ``repo`` (images we labelled) that no container uses; keep ``keep``."""
+    keep_id = client.images.get(keep).id
+    for image in client.images.list(name=repo, filters={"label": INPUTS_LABEL}):
+        if image.id != keep_id:
+            for tag in image.tags:
+                try:
+                    client.images.remove(tag)  # not forced: an image a container uses stays
+                except Exception:
+                    pass
 
 
 def build_all(
