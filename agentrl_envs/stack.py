@@ -3,12 +3,14 @@
 ``with LocalStack(["db", "echo"]) as stack: ... stack.url ...`` starts them on free loopback
 ports, waits until every task has a live worker, and on exit stops exactly the processes it
 started (SIGTERM, then SIGKILL after a grace period). Each process logs to a file in
-``stack.log_dir``; a start-up failure raises with the tail of the failing log.
+``stack.log_dir``: a temporary dir, removed on a clean exit and kept after an error, unless the
+caller names one (kept). A start-up failure raises with the tail of the failing log.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -85,6 +87,8 @@ class LocalStack:
         self.host = host
         self.port = port or free_port(host)
         self.url = f"http://{host}:{self.port}"
+        # A log dir we made is removed on a clean stop; one the caller named is always kept.
+        self._own_log_dir = log_dir is None
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="agentrl-stack-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.startup_timeout = startup_timeout
@@ -95,12 +99,12 @@ class LocalStack:
         try:
             self.start()
         except BaseException:
-            self.stop()
+            self.stop(keep_logs=True)
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.stop(keep_logs=exc_type is not None)
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -145,8 +149,10 @@ class LocalStack:
                 if pending:
                     time.sleep(0.2)
 
-    def stop(self) -> None:
+    def stop(self, keep_logs: bool = False) -> None:
         # Workers first, so they do not beat against a dead controller while stopping.
         for p in reversed(self.processes):
             p.stop()
         self.processes.clear()
+        if self._own_log_dir and not keep_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
