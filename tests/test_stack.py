@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import httpx
 import pytest
 
@@ -24,6 +26,7 @@ def test_an_error_inside_keeps_the_logs_and_a_named_dir_is_kept(tmp_path):
             log_dir = stack.log_dir
             raise RuntimeError("boom")
     assert (log_dir / "worker-echo.log").exists()
+    shutil.rmtree(log_dir)
     with LocalStack(["echo"], log_dir=tmp_path / "logs"):
         pass
     assert (tmp_path / "logs" / "controller.log").exists()
