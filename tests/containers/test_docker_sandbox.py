@@ -164,8 +164,9 @@ async def test_no_container_left_after_finished_cancelled_and_abandoned_sessions
                 await sb.close()
             # else: abandoned, never closed; the backend's close removes it
 
-        for start in range(0, 30, 6):
-            await asyncio.gather(*(session(i) for i in range(start, start + 6)))
+        # 200 sessions, as the issue asks, eight at a time.
+        for start in range(0, 200, 8):
+            await asyncio.gather(*(session(i) for i in range(start, start + 8)))
     finally:
         await be.close()
     assert not be_containers(be)
