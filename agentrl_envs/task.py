@@ -187,7 +187,12 @@ class Task:
 
     @classmethod
     async def close_resources(cls, resources: Any) -> None:
-        """Release what :meth:`open_resources` opened."""
+        """Release what :meth:`open_resources` opened; by default calls its ``close()`` (sync or async)."""
+        close = getattr(resources, "close", None)
+        if callable(close):
+            result = close()
+            if inspect.isawaitable(result):
+                await result
 
     @classmethod
     def tool_specs(cls) -> dict[str, ToolSpec]:

@@ -98,11 +98,6 @@ class DBTask(Task):
 
         return SQLiteBackend(statement_timeout_s=config.statement_timeout_s, max_output_chars=config.max_output_chars)
 
-    @classmethod
-    async def close_resources(cls, resources: Any) -> None:
-        if resources is not None:
-            await resources.close()
-
     # ------------------------------------------------------------------ session
 
     def __init__(self, sample: dict[str, Any], *, config: BaseModel | None = None, resources: Any = None) -> None:

@@ -137,11 +137,6 @@ class OSTask(Task):
         await backend.open()
         return backend
 
-    @classmethod
-    async def close_resources(cls, resources: Any) -> None:
-        if resources is not None:
-            await resources.close()
-
     # ------------------------------------------------------------------ session
 
     def __init__(self, sample: dict[str, Any], *, config: BaseModel | None = None, resources: Any = None) -> None:
