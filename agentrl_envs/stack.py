@@ -60,6 +60,23 @@ class ManagedProcess:
         self._log.close()
 
 
+def worker_args(*, split: str | None = None, data: str | None = None, options: dict[str, Any] | None = None) -> list[str]:
+    """The ``agentrl-envs worker`` flags choosing a task's data and options."""
+    args = ["--data", str(data)] if data else (["--split", split] if split else [])
+    for key, value in (options or {}).items():
+        args += ["--option", f"{key}={value}"]
+    return args
+
+
+def tasks_without_live_worker(http: httpx.Client, controller_url: str, tasks: list[str]) -> set[str]:
+    """The tasks the controller has no live worker for (all of them while it does not answer)."""
+    try:
+        workers = http.get(f"{controller_url}/api/list_workers").json()
+    except httpx.HTTPError:
+        return set(tasks)
+    return {t for t in tasks if not any(w["alive"] for w in workers.get(t, []))}
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "agentrl_envs.cli", *args]
 
@@ -119,12 +136,7 @@ class LocalStack:
         )
         for task in self.tasks:
             args = ["worker", task, "--controller", self.url, "--host", self.host, "--port", str(free_port(self.host)), *level]
-            if task in self.data:
-                args += ["--data", str(self.data[task])]
-            elif self.split:
-                args += ["--split", self.split]
-            for key, value in self.task_options.get(task, {}).items():
-                args += ["--option", f"{key}={value}"]
+            args += worker_args(split=self.split, data=self.data.get(task), options=self.task_options.get(task))
             self.processes.append(ManagedProcess(f"worker-{task}", _cli(*args), self.log_dir / f"worker-{task}.log", env))
         self._wait_ready()
 
@@ -138,11 +150,7 @@ class LocalStack:
                         raise InfrastructureError(
                             f"{p.name} exited with code {p.proc.returncode} during start-up:\n{p.log_tail()}"
                         )
-                try:
-                    workers = http.get(f"{self.url}/api/list_workers").json()
-                    pending = {t for t in self.tasks if not any(w["alive"] for w in workers.get(t, []))}
-                except httpx.HTTPError:
-                    pass
+                pending = tasks_without_live_worker(http, self.url, self.tasks)
                 if pending and time.monotonic() > deadline:
                     tails = "\n".join(f"--- {p.name}\n{p.log_tail(10)}" for p in self.processes)
                     raise InfrastructureError(f"tasks {sorted(pending)} not live after {self.startup_timeout:.0f} s:\n{tails}")

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from ..errors import InfrastructureError
-from ..stack import free_port
+from ..stack import free_port, tasks_without_live_worker, worker_args
 from .engine import CONTROLLER_REPO, DOCKER_SOCKET, MOUNT_SOCKET_LABEL, STACK_LABEL, docker_client, image_exists, worker_repo
 
 
@@ -98,10 +98,7 @@ class DockerStack:
         for task in self.tasks:
             port = free_port()
             args = ["--controller", f"{self.url}/api", "--log-level", "warning"]
-            if self.split:
-                args += ["--split", self.split]
-            for key, value in self.task_options.get(task, {}).items():
-                args += ["--option", f"{key}={value}"]
+            args += worker_args(split=self.split, options=self.task_options.get(task))
             self._run(f"worker-{task}", f"{worker_repo(task)}:{self.tag}", port, args)
         self._wait_ready()
 
@@ -141,15 +138,8 @@ class DockerStack:
                 if gone:
                     tails = "\n".join(f"--- {r}\n{self.logs_tail(r)}" for r in gone)
                     raise InfrastructureError(f"containers {gone} stopped during start-up:\n{tails}")
-                pending = set(self.tasks)
-                if all(s == "healthy" for s in health.values()):
-                    try:
-                        workers = http.get(f"{self.url}/api/list_workers").json()
-                        pending = {t for t in self.tasks if not any(w["alive"] for w in workers.get(t, []))}
-                    except httpx.HTTPError:
-                        pass
-                    if not pending:
-                        return
+                if all(s == "healthy" for s in health.values()) and not tasks_without_live_worker(http, self.url, self.tasks):
+                    return
                 if time.monotonic() > deadline:
                     tails = "\n".join(f"--- {r} ({health[r]})\n{self.logs_tail(r, 10)}" for r in self.containers)
                     raise InfrastructureError(f"stack not ready after {self.startup_timeout:.0f} s:\n{tails}")
