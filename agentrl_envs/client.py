@@ -129,6 +129,12 @@ class ControllerClient:
     def __init__(self, base_url: str, *, timeout: float = 300.0) -> None:
         self._http = httpx.Client(base_url=api_url(base_url), timeout=httpx.Timeout(timeout, connect=10.0))
 
+    def __enter__(self) -> ControllerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         self._http.close()
 

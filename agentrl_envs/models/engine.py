@@ -133,6 +133,25 @@ def _load(model: str | os.PathLike[str] | None) -> tuple[Any, Any, str]:
     return tokenizer, lm, name
 
 
+def model_directory(model: str | os.PathLike[str] | None = None) -> Path:
+    """A local HF model directory for ``model`` (``None``: the embedded SmolLM2-135M-Instruct).
+
+    A ``.gguf`` file is dequantized once into the model cache (as the engine does) and that
+    directory is returned, so libraries that want a directory (the RL trainer, TRL) can load it.
+    """
+    path = default_gguf_path() if model is None else Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if path.is_file() and path.suffix == ".gguf":
+        cache = _cache_dir(path)
+        if cache is not None and not (cache / "config.json").is_file():
+            _load(path)  # dequantizes and fills the cache
+        if cache is not None and (cache / "config.json").is_file():
+            return cache
+        raise ModelLoadError(f"cannot write a dequantized copy of {path} (is the cache dir writable?)", path=str(path))
+    raise ModelLoadError(f"no model at {path}: give a local HF directory or a .gguf file", path=str(path))
+
+
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Logits with everything outside the nucleus of mass ``top_p`` set to -inf. (V,) -> (V,)"""
     sorted_logits, order = torch.sort(logits, descending=True)  # (V,), (V,)
@@ -154,8 +173,21 @@ class TransformersEngine:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         torch.set_num_threads(num_threads or cores)  # one generation at a time, so it gets every core
         started = time.perf_counter()
-        self.tokenizer, self.model, self.name = _load(model)
+        tokenizer, lm, name = _load(model)
+        self._setup(tokenizer, lm, name)
         self.load_seconds = time.perf_counter() - started
+        log.info("loaded %s in %.1f s (%d stop ids)", self.name, self.load_seconds, len(self.stop_token_ids))
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any, name: str = "model") -> TransformersEngine:
+        """An engine around a model already in memory (the RL trainer's rollout copies)."""
+        engine = cls.__new__(cls)
+        engine._setup(tokenizer, model, name)
+        engine.load_seconds = 0.0
+        return engine
+
+    def _setup(self, tokenizer: Any, model: Any, name: str) -> None:
+        self.tokenizer, self.model, self.name = tokenizer, model, name
         self._lock = threading.Lock()
         self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         config = self.model.config
@@ -169,7 +201,8 @@ class TransformersEngine:
             if token in self.tokenizer.get_vocab():
                 eos_ids.add(self.tokenizer.convert_tokens_to_ids(token))
         self.stop_token_ids: frozenset[int] = frozenset(eos_ids)
-        log.info("loaded %s in %.1f s (%d stop ids)", self.name, self.load_seconds, len(self.stop_token_ids))
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id: int = int(pad if pad is not None else min(self.stop_token_ids))
 
     # ------------------------------------------------------------------ text <-> tokens
 
@@ -243,6 +276,83 @@ class TransformersEngine:
                     break
                 input_ids = torch.tensor([[token]], dtype=torch.long)  # (1, 1)
         return completion, logprobs
+
+    @torch.inference_mode()
+    def generate_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_tokens: int | Sequence[int],
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> list[tuple[list[int], list[float]]]:
+        """Sample one completion per prompt in one batched decode: ``[(completion_ids, logprobs)]``.
+
+        Same contract per row as :meth:`generate_tokens` (stop token kept as the last id,
+        logprobs under softmax(logits / temperature), greedy at 0); ``max_tokens`` may be one
+        limit per prompt. Prompts are left-padded; each row's positions start at 0, so a row
+        samples from the same distribution as it would alone.
+        """
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        limits = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
+        for p, lim in zip(prompts, limits, strict=True):
+            if len(p) + 1 > self.max_context:
+                raise ContextLengthError(
+                    f"the prompt has {len(p)} tokens; the model's context is {self.max_context}",
+                    prompt_tokens=len(p),
+                    max_context=self.max_context,
+                )
+        limits = [max(1, min(lim, self.max_context - len(p))) for p, lim in zip(prompts, limits, strict=True)]
+        generator = torch.Generator().manual_seed(seed if seed is not None else secrets.randbits(63))
+        from transformers import DynamicCache
+
+        B, L = len(prompts), max(len(p) for p in prompts)
+        ids = torch.full((B, L), self.pad_token_id, dtype=torch.long)  # (B, L)
+        attn = torch.zeros((B, L), dtype=torch.long)  # (B, L)
+        for i, p in enumerate(prompts):
+            ids[i, L - len(p) :] = torch.tensor(list(p))
+            attn[i, L - len(p) :] = 1
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+        out_ids: list[list[int]] = [[] for _ in range(B)]
+        out_lp: list[list[float]] = [[] for _ in range(B)]
+        done = torch.zeros(B, dtype=torch.bool)  # (B,)
+        stops = torch.tensor(sorted(self.stop_token_ids))
+        with self._lock:
+            cache = DynamicCache(config=self.model.config)
+            step_ids = ids
+            for step in range(max(limits)):
+                out = self.model(
+                    input_ids=step_ids,
+                    attention_mask=attn,
+                    position_ids=positions,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{self._cache_kwarg: cache},
+                )
+                logits = out.logits[:, -1].float()  # (B, V)
+                if temperature > 0:
+                    logits = logits / temperature
+                logp = torch.log_softmax(logits, dim=-1)  # (B, V)
+                if temperature > 0:
+                    if top_p < 1.0:
+                        logits = torch.stack([_top_p_filter(row, top_p) for row in logits])
+                    tokens = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)[:, 0]  # (B,)
+                else:
+                    tokens = logits.argmax(dim=-1)  # (B,)
+                tokens = torch.where(done, torch.full_like(tokens, self.pad_token_id), tokens)
+                chosen = logp.gather(1, tokens[:, None])[:, 0]  # (B,)
+                for i in range(B):
+                    if not done[i]:
+                        out_ids[i].append(int(tokens[i]))
+                        out_lp[i].append(float(chosen[i]))
+                done |= torch.isin(tokens, stops) | torch.tensor([len(o) >= lim for o, lim in zip(out_ids, limits)])
+                if bool(done.all()):
+                    break
+                step_ids = tokens[:, None]  # (B, 1)
+                attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long)], dim=1)  # (B, L + step + 1)
+                positions = positions[:, -1:] + 1  # (B, 1)
+        return list(zip(out_ids, out_lp))
 
     # ------------------------------------------------------------------ chat
 

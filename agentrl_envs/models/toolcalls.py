@@ -161,8 +161,13 @@ def render_prompt(
     tokenizer: ChatTemplateTokenizer,
     messages: Sequence[Message],
     tools: Sequence[ToolDefinition | dict[str, Any]] | None = None,
+    *,
+    add_generation_prompt: bool = True,
 ) -> str:
     """The prompt text for the next assistant turn (generation prompt included).
+
+    With ``add_generation_prompt=False`` the conversation is rendered as history only (the RL
+    trainer uses it to find where an assistant turn ends in the template's text).
 
     Tokenize it with ``add_special_tokens=False``: the template already wrote every special
     token, and a tokenizer that adds a BOS would otherwise double it.
@@ -170,9 +175,11 @@ def render_prompt(
     if tools and template_supports_tools(tokenizer):
         tool_dicts = [_tool_dict(t) for t in tools]
         return tokenizer.apply_chat_template(
-            _native_messages(messages), tools=tool_dicts, tokenize=False, add_generation_prompt=True
+            _native_messages(messages), tools=tool_dicts, tokenize=False, add_generation_prompt=add_generation_prompt
         )
-    return tokenizer.apply_chat_template(to_template_messages(messages, tools), tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        to_template_messages(messages, tools), tokenize=False, add_generation_prompt=add_generation_prompt
+    )
 
 
 def forced_call_prefix(name: str) -> str:

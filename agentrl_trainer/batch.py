@@ -1,0 +1,87 @@
+"""From complete GRPO groups to the padded tensors of one training step.
+
+Rewards (given, or shaped here: incomplete episodes get ``incomplete_reward``) are turned into GRPO group
+advantages per episode, broadcast over each episode's trained tokens and, with
+``task_norm``, normalized within each task (:mod:`agentrl_trainer.advantages`). An episode may
+span several rows (see :mod:`agentrl_trainer.trajectory` on forks); every row carries its
+episode's advantage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .advantages import broadcast_to_tokens, group_advantages, normalize_by_task, shape_reward
+from .pipeline import Group
+from .rollout import Episode
+
+__all__ = ["TrainBatch", "build_batch"]
+
+
+@dataclass
+class TrainBatch:
+    input_ids: torch.Tensor  # (R, T) right-padded
+    attention_mask: torch.Tensor  # (R, T)
+    loss_mask: torch.Tensor  # (R, T) 1 on sampled tokens
+    old_logprobs: torch.Tensor  # (R, T) the producing engine's logprob of each sampled token
+    advantages: torch.Tensor  # (R, T) 0 off-mask
+    row_task: list[str]
+    row_episode: list[int]
+    episodes: list[Episode]
+    rewards: torch.Tensor  # (E,) shaped rewards
+
+    def rows(self, start: int, stop: int) -> dict[str, torch.Tensor]:
+        """Rows [start, stop) trimmed to their longest sequence, as the loss takes them."""
+        width = int(self.attention_mask[start:stop].sum(dim=1).max())
+        return {
+            k: getattr(self, k)[start:stop, :width]
+            for k in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages")
+        }
+
+
+def build_batch(
+    groups: Sequence[Group],
+    rewards: Sequence[float] | None = None,
+    *,
+    pad_token_id: int,
+    incomplete_reward: float | None = -0.2,
+    scale_rewards: bool = True,
+    task_norm: bool = True,
+) -> TrainBatch:
+    episodes = [e for g in groups for e in g.episodes]
+    if not episodes or any(e.trajectory is None for e in episodes):
+        raise ValueError("groups must hold episodes with trajectories (infrastructure failures are dropped before)")
+    if rewards is None:
+        rewards = [shape_reward(e.reward, e.completed, incomplete_reward) for e in episodes]
+    if len(rewards) != len(episodes):
+        raise ValueError(f"{len(rewards)} rewards for {len(episodes)} episodes")
+    reward_t = torch.tensor(list(rewards), dtype=torch.float32)  # (E,)
+    ep_adv = group_advantages(reward_t, [e.spec.group_id for e in episodes], scale=scale_rewards)  # (E,)
+    segments, row_episode = [], []
+    for i, e in enumerate(episodes):
+        assert e.trajectory is not None
+        for seg in e.trajectory.segments:
+            if any(seg.loss_mask):
+                segments.append(seg)
+                row_episode.append(i)
+    if not segments:
+        raise ValueError("no episode has a trained token")
+    R, T = len(segments), max(len(s.input_ids) for s in segments)
+    input_ids = torch.full((R, T), pad_token_id, dtype=torch.long)  # (R, T)
+    attention = torch.zeros((R, T), dtype=torch.long)  # (R, T)
+    loss_mask = torch.zeros((R, T), dtype=torch.long)  # (R, T)
+    old_lp = torch.zeros((R, T), dtype=torch.float32)  # (R, T)
+    for r, s in enumerate(segments):
+        n = len(s.input_ids)
+        input_ids[r, :n] = torch.tensor(s.input_ids)
+        attention[r, :n] = 1
+        loss_mask[r, :n] = torch.tensor(s.loss_mask)
+        old_lp[r, :n] = torch.tensor(s.logprobs)
+    row_task = [episodes[i].spec.task for i in row_episode]
+    adv = broadcast_to_tokens(ep_adv[torch.tensor(row_episode)], loss_mask)  # (R, T)
+    if task_norm:
+        adv = normalize_by_task(adv, loss_mask, row_task)
+    return TrainBatch(input_ids, attention, loss_mask, old_lp, adv, row_task, row_episode, episodes, reward_t)

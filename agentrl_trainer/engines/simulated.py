@@ -1,0 +1,68 @@
+"""A simulated engine: no model, a long-tailed latency per turn. For benchmarks only.
+
+Real agent rollouts have long-tailed turn times (long generations, slow tools). This engine
+reproduces only that: each ``generate`` sleeps for a latency drawn from a log-normal
+distribution (median ``median_s``, shape ``sigma``; sigma = 1.5 puts the 99th percentile at ~33×
+the median), then returns the tokens of ``respond(prompt_text)`` with a fixed logprob. The
+async-vs-sync benchmark uses it to measure the pipeline's scheduling, not a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["SimulatedEngine"]
+
+
+class SimulatedEngine:
+    def __init__(
+        self,
+        tokenizer: Any,
+        respond: Callable[[str], str],
+        *,
+        median_s: float = 0.05,
+        sigma: float = 1.5,
+        seed: int = 0,
+        stop_token_id: int | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.respond = respond
+        self.median_s = median_s
+        self.sigma = sigma
+        self._rng = random.Random(seed)
+        self.stop_token_id = stop_token_id if stop_token_id is not None else tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.version = 0
+        self.busy_seconds = 0.0
+        self._inflight = 0
+        self._busy_since = 0.0
+
+    def latency(self) -> float:
+        return self.median_s * self._rng.lognormvariate(0.0, self.sigma)
+
+    async def generate(
+        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float
+    ) -> tuple[list[int], list[float]]:
+        if self._inflight == 0:
+            self._busy_since = time.monotonic()
+        self._inflight += 1
+        try:
+            await asyncio.sleep(self.latency())
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self.busy_seconds += time.monotonic() - self._busy_since
+        text = self.respond(self.tokenizer.decode(prompt_ids))
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])[: max(max_tokens - 1, 0)] + [self.stop_token_id]
+        return ids, [-1.0] * len(ids)
+
+    def load_weights(self, named: Mapping[str, torch.Tensor], version: int) -> None:
+        self.version = version
+
+    def close(self) -> None:
+        pass

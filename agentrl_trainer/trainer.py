@@ -1,0 +1,361 @@
+"""``AgentRLTrainer``: TRL's GRPO trainer with multi-turn rollouts through an AgentRL controller.
+
+What comes from TRL (and transformers' Trainer under it): model loading, LoRA through peft,
+the optimizer and schedule, accelerate / DeepSpeed / FSDP, checkpoints and resume, logging
+(``report_to``), the metrics plumbing. What this class replaces is where a GRPO batch comes
+from and the loss:
+
+* ``_prepare_inputs`` takes complete groups from the :class:`RolloutPipeline` (async: whatever
+  is ready, within bounds; sync: a full batch generated now) and builds the tensors
+  (:func:`agentrl_trainer.batch.build_batch`);
+* ``training_step`` runs the batch in micro-batches against one token-mean
+  (:func:`agentrl_trainer.loss.policy_loss`: PPO clip + dual clip against the producing
+  engine's logprobs, k3 KL to the reference);
+* after each optimizer step a callback publishes the new weights to the engines
+  (lagging ones every ``lag_steps``).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer, TrainerCallback
+from trl import GRPOTrainer
+
+from agentrl_envs.client import ControllerClient
+from agentrl_envs.models.engine import model_directory
+from agentrl_envs.stack import LocalStack
+
+from .advantages import shape_reward
+from .batch import TrainBatch, build_batch
+from .config import AgentRLConfig
+from .engines import LocalEngine
+from .loss import policy_loss
+from .pipeline import Group, PipelineEngine, RolloutPipeline, TaskSampler
+from .rollout import RolloutSettings
+
+__all__ = ["AgentRLTrainer"]
+
+log = logging.getLogger(__name__)
+
+
+def environment_reward(
+    completions: Any = None, *, env_reward: Sequence[float], completed: Sequence[bool], incomplete_reward: float | None, **_: Any
+) -> list[float]:
+    """TRL reward function: the reward the environment gave each episode, shaped (AgentRL: an
+    episode that did not end ``completed`` gets ``incomplete_reward``). The trainer's only
+    reward source; TRL requires one to be registered."""
+    return [shape_reward(r, c, incomplete_reward) for r, c in zip(env_reward, completed, strict=True)]
+
+
+class _PublishWeights(TrainerCallback):
+    def __init__(self, trainer: AgentRLTrainer) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.trainer.publish_weights(state.global_step)
+
+
+class AgentRLTrainer(GRPOTrainer):
+    """Async multi-turn GRPO over AgentRL environments.
+
+    ``model``: a model directory, ``.gguf`` file or loaded model; ``None`` takes
+    ``args.model_name_or_path`` (empty: the embedded SmolLM2-135M-Instruct). ``engines``: rollout
+    engines to use instead of building them from ``args`` (e.g. simulated ones).
+    ``controller_url`` overrides ``args.controller_url``.
+    """
+
+    _tag_names = ["trl", "agentrl", "grpo"]
+
+    def __init__(
+        self,
+        args: AgentRLConfig,
+        model: Any = None,
+        processing_class: Any = None,
+        *,
+        engines: Sequence[PipelineEngine] | None = None,
+        controller_url: str | None = None,
+        callbacks: list[TrainerCallback] | None = None,
+        peft_config: Any = None,
+    ) -> None:
+        if model is None or isinstance(model, str):
+            model = str(model_directory(model or args.model_name_or_path or None))
+        if processing_class is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            processing_class = AutoTokenizer.from_pretrained(name, local_files_only=True)
+        if peft_config is None and args.use_lora:
+            from peft import LoraConfig
+
+            targets: Any = args.lora_target_modules
+            peft_config = LoraConfig(
+                r=args.lora_r,
+                lora_alpha=args.lora_alpha,
+                lora_dropout=args.lora_dropout,
+                target_modules=targets[0] if targets == ["all-linear"] else targets,
+                task_type="CAUSAL_LM",
+            )
+        # The dataloader only ticks the step loop; the samples come from the controller.
+        ticks = Dataset.from_dict({"prompt": ["step"] * 64})
+        super().__init__(
+            model=model,
+            reward_funcs=[environment_reward],
+            args=args,
+            train_dataset=ticks,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            peft_config=peft_config,
+        )
+        self.agentrl_args = args
+        self.controller_url = controller_url or args.controller_url or None
+        self._given_engines = list(engines) if engines else None
+        self.engines: list[PipelineEngine] = []
+        self.pipeline: RolloutPipeline | None = None
+        self._stack: LocalStack | None = None
+        self.step_log: list[dict[str, float]] = []
+        self.add_callback(_PublishWeights(self))
+        self._pad_id = (
+            processing_class.pad_token_id if processing_class.pad_token_id is not None else processing_class.eos_token_id
+        )
+
+    # ------------------------------------------------------------------ set-up
+
+    def _trainable(self) -> dict[str, torch.Tensor]:
+        model = self.accelerator.unwrap_model(self.model)
+        return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+
+    def _build_engines(self) -> list[PipelineEngine]:
+        args = self.agentrl_args
+        if self._given_engines is not None:
+            return self._given_engines
+        if args.engine == "vllm":
+            from .engines import VLLMEngine
+
+            return [VLLMEngine(args.vllm_server_host, args.vllm_server_port + i) for i in range(args.num_engines)]
+        base = self.accelerator.unwrap_model(self.model)
+        return [
+            LocalEngine.from_model(copy.deepcopy(base), self.processing_class, max_batch=args.engine_max_batch, name=f"engine{i}")
+            for i in range(args.num_engines)
+        ]
+
+    def start_rollouts(self) -> RolloutPipeline:
+        """Start the embedded stack (if no controller is given), the engines and the pipeline."""
+        if self.pipeline is not None:
+            return self.pipeline
+        args = self.agentrl_args
+        if self.controller_url is None:
+            self._stack = LocalStack(list(args.tasks), split=args.split).__enter__()
+            self.controller_url = self._stack.url
+        with ControllerClient(self.controller_url) as client:
+            indices = {t: client.get_indices(t) for t in args.tasks}
+        if args.max_samples_per_task:
+            indices = {t: v[: args.max_samples_per_task] for t, v in indices.items()}
+        weights = dict(zip(args.tasks, args.task_weights)) if args.task_weights else None
+        self.engines = self._build_engines()
+        first = self.engines[0]
+        stop_ids = getattr(first, "stop_token_ids", None) or [self.processing_class.eos_token_id]
+        settings = RolloutSettings(
+            max_tokens=args.max_completion_length,
+            max_turns=args.max_turns,
+            max_context=args.max_context_length,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            assistant_prefix=args.assistant_prefix,
+        )
+        self.pipeline = RolloutPipeline(
+            self.controller_url,
+            self.engines,
+            self.processing_class,
+            list(stop_ids),
+            TaskSampler(indices, weights, seed=args.seed),
+            settings,
+            group_size=args.num_generations,
+            mode=args.rollout_mode,  # type: ignore[arg-type]
+            capacity_groups=args.queue_capacity_groups,
+            lagging_fraction=args.lagging_fraction,
+            lag_steps=args.lag_steps,
+            lagging_prob=args.lagging_prob,
+            seed=args.seed,
+        ).start()
+        self.publish_weights(0)
+        return self.pipeline
+
+    def stop_rollouts(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.stop()
+            self.pipeline = None
+        for e in self.engines:
+            e.close()
+        self.engines = []
+        if self._stack is not None:
+            self._stack.__exit__(None, None, None)
+            self._stack = None
+            self.controller_url = self.agentrl_args.controller_url or None
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        self.start_rollouts()
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self.stop_rollouts()
+
+    def publish_weights(self, step: int) -> None:
+        if self.pipeline is None:
+            return
+        if any(getattr(e, "merged_weights", False) for e in self.engines):
+            named = self._merged_weights()
+        else:
+            named = self._trainable()
+        self.pipeline.publish(step, named)
+
+    @torch.no_grad()
+    def _merged_weights(self) -> dict[str, torch.Tensor]:
+        """Full weights by base-model names (LoRA merged) for engines that load whole models."""
+        model = self.accelerator.unwrap_model(self.model)
+        if not hasattr(model, "merge_adapter"):
+            return {n: p.detach() for n, p in model.named_parameters()}
+        model.merge_adapter()
+        try:
+            out = {}
+            for name, p in model.named_parameters():
+                if "lora_" in name:
+                    continue
+                clean = name.removeprefix("base_model.model.").replace(".base_layer", "")
+                out[clean] = p.detach().clone()
+            return out
+        finally:
+            model.unmerge_adapter()
+
+    # ------------------------------------------------------------------ batches
+
+    def _next_groups(self) -> list[Group]:
+        assert self.pipeline is not None, "call train() (or start_rollouts()) first"
+        args = self.agentrl_args
+        if args.rollout_mode == "sync":
+            return self.pipeline.collect(args.max_groups_per_step)
+        return self.pipeline.get_batch(args.min_groups_per_step, args.max_groups_per_step)
+
+    def _prepare_inputs(self, generation_batch: Any) -> TrainBatch:  # type: ignore[override]
+        waited = time.monotonic()
+        groups = self._next_groups()
+        waited = time.monotonic() - waited
+        episodes = [e for g in groups for e in g.episodes]
+        rewards = self.reward_funcs[0](
+            env_reward=[e.reward for e in episodes],
+            completed=[e.completed for e in episodes],
+            incomplete_reward=self.agentrl_args.incomplete_reward,
+        )
+        batch = build_batch(
+            groups,
+            rewards,
+            pad_token_id=self._pad_id,
+            scale_rewards=self.agentrl_args.scale_rewards != "none",
+            task_norm=self.agentrl_args.task_advantage_norm,
+        )
+        self._record_batch(groups, batch, waited)
+        return batch
+
+    def _record_batch(self, groups: list[Group], batch: TrainBatch, waited: float) -> None:
+        step = self.state.global_step + 1
+        m: dict[str, float] = {"rollout/groups": len(groups), "rollout/episodes": len(batch.episodes), "rollout/wait_s": waited}
+        per_task: dict[str, list[float]] = defaultdict(list)
+        for e in batch.episodes:
+            per_task[e.spec.task].append(e.reward)
+        for task, rs in per_task.items():
+            m[f"reward/{task}"] = sum(rs) / len(rs)
+        raw = [e.reward for e in batch.episodes]
+        m["reward/mean"] = sum(raw) / len(raw)
+        m["reward/shaped_mean"] = float(batch.rewards.mean())
+        turns = [t for e in batch.episodes if e.trajectory for t in e.trajectory.turns]
+        m["rollout/turns_per_episode"] = len(turns) / len(batch.episodes)
+        if turns:
+            stale = [step - 1 - t.version for t in turns]
+            m["rollout/staleness_mean"] = sum(stale) / len(stale)
+            m["rollout/staleness_max"] = max(stale)
+            m["rollout/lagging_turn_fraction"] = sum(t.lagging for t in turns) / len(turns)
+        m["rollout/drift_turns"] = sum(e.trajectory.drift_turns for e in batch.episodes if e.trajectory)
+        m["rollout/forks"] = sum(e.trajectory.forks for e in batch.episodes if e.trajectory)
+        m["rollout/dropped_infra"] = sum(g.dropped for g in groups)
+        m["rollout/trained_tokens"] = float(batch.loss_mask.sum())
+        if self.pipeline is not None:
+            m["rollout/queued_groups"] = self.pipeline.queued
+            m["rollout/engine_idle_fraction"] = self.pipeline.stats()["engine_idle_fraction"]
+        for k, v in m.items():
+            self._metrics["train"][k].append(float(v))
+        self.step_log.append({"step": float(step), **m})
+
+    # ------------------------------------------------------------------ loss
+
+    def _token_logprobs(self, model: Any, rows: dict[str, torch.Tensor], ref: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log p of each sampled token, only at columns that hold one: ((R, K), column index (K,))."""
+        ids, attn, mask = rows["input_ids"], rows["attention_mask"], rows["loss_mask"]
+        cols = torch.nonzero(mask[:, 1:].any(dim=0)).flatten()  # (K,) predicting positions
+        out = model(input_ids=ids, attention_mask=attn, logits_to_keep=cols, use_cache=False)
+        logits = out.logits.float() / max(self.temperature, 1e-6)  # (R, K, V)
+        targets = ids[:, cols + 1]  # (R, K)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])[..., 0]  # (R, K)
+        return logp, cols + 1
+
+    def _micro_loss(self, model: Any, rows: dict[str, torch.Tensor], normalizer: float) -> Any:
+        device = self.accelerator.device
+        rows = {k: v.to(device) for k, v in rows.items()}
+        logp, cols = self._token_logprobs(model, rows)
+        ref = None
+        if self.beta != 0.0:
+            with torch.no_grad():
+                unwrapped = self.accelerator.unwrap_model(model)
+                if self.ref_model is not None:
+                    ref, _ = self._token_logprobs(self.ref_model, rows)
+                else:
+                    with unwrapped.disable_adapter():
+                        ref, _ = self._token_logprobs(model, rows)
+        return policy_loss(
+            logp,
+            rows["old_logprobs"][:, cols],
+            rows["advantages"][:, cols],
+            rows["loss_mask"][:, cols],
+            ref,
+            clip_eps=self.epsilon_low,
+            clip_eps_high=self.epsilon_high,
+            dual_clip=self.agentrl_args.dual_clip,
+            kl_coef=self.beta,
+            normalizer=normalizer,
+        )
+
+    def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
+        batch: TrainBatch = inputs
+        terms = self._micro_loss(model, batch.rows(0, batch.input_ids.shape[0]), float(batch.loss_mask.sum()))
+        return terms.loss
+
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+        model.train()
+        batch = self._prepare_inputs(inputs)
+        total = float(batch.loss_mask.sum())
+        n = batch.input_ids.shape[0]
+        step_rows = self.agentrl_args.micro_batch_rows
+        started = time.monotonic()
+        sums: dict[str, float] = defaultdict(float)
+        loss_total = torch.zeros((), device=self.accelerator.device)
+        for start in range(0, n, step_rows):
+            rows = batch.rows(start, min(start + step_rows, n))
+            weight = float(rows["loss_mask"][:, 1:].sum()) / max(total, 1.0)
+            with self.compute_loss_context_manager():
+                terms = self._micro_loss(model, rows, total)
+            self.accelerator.backward(terms.loss)
+            loss_total += terms.loss.detach()
+            for key in ("pg_loss", "kl", "clip_fraction", "dual_clip_fraction", "ratio_mean"):
+                sums[key] += float(getattr(terms, key)) * weight
+        for key, value in sums.items():
+            self._metrics["train"][f"loss/{key}"].append(value)
+        self._metrics["train"]["time/train_s"].append(time.monotonic() - started)
+        if self.step_log:
+            self.step_log[-1].update({f"loss/{k}": v for k, v in sums.items()})
+            self.step_log[-1]["loss"] = float(loss_total)
+            self.step_log[-1]["time/train_s"] = time.monotonic() - started
+        return loss_total
