@@ -109,7 +109,7 @@ class TaskSampler:
         self.tasks = list(indices)
         self.weights = [float(weights.get(t, 1.0)) for t in self.tasks]
         if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
-            raise ValueError(f"task weights must be >= 0 with a positive sum; got {dict(zip(self.tasks, self.weights))}")
+            raise ValueError(f"task weights must be >= 0 with a positive sum; got {dict(zip(self.tasks, self.weights, strict=False))}")
         self._rng = random.Random(seed)
         self._indices = {t: list(v) for t, v in indices.items()}
         self._cycles: dict[str, deque[SampleIndex]] = {t: deque() for t in self.tasks}

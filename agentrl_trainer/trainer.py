@@ -156,7 +156,7 @@ class AgentRLTrainer(GRPOTrainer):
             indices = {t: client.get_indices(t) for t in args.tasks}
         if args.max_samples_per_task:
             indices = {t: v[: args.max_samples_per_task] for t, v in indices.items()}
-        weights = dict(zip(args.tasks, args.task_weights)) if args.task_weights else None
+        weights = dict(zip(args.tasks, args.task_weights, strict=False)) if args.task_weights else None
         self.engines = self._build_engines()
         first = self.engines[0]
         stop_ids = getattr(first, "stop_token_ids", None) or [self.processing_class.eos_token_id]

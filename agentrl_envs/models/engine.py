@@ -296,7 +296,7 @@ class TransformersEngine:
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         limits = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
-        for p, lim in zip(prompts, limits, strict=True):
+        for p, _lim in zip(prompts, limits, strict=True):
             if len(p) + 1 > self.max_context:
                 raise ContextLengthError(
                     f"the prompt has {len(p)} tokens; the model's context is {self.max_context}",
@@ -321,7 +321,7 @@ class TransformersEngine:
         with self._lock:
             cache = DynamicCache(config=self.model.config)
             step_ids = ids
-            for step in range(max(limits)):
+            for _step in range(max(limits)):
                 out = self.model(
                     input_ids=step_ids,
                     attention_mask=attn,
@@ -346,13 +346,13 @@ class TransformersEngine:
                     if not done[i]:
                         out_ids[i].append(int(tokens[i]))
                         out_lp[i].append(float(chosen[i]))
-                done |= torch.isin(tokens, stops) | torch.tensor([len(o) >= lim for o, lim in zip(out_ids, limits)])
+                done |= torch.isin(tokens, stops) | torch.tensor([len(o) >= lim for o, lim in zip(out_ids, limits, strict=False)])
                 if bool(done.all()):
                     break
                 step_ids = tokens[:, None]  # (B, 1)
                 attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long)], dim=1)  # (B, L + step + 1)
                 positions = positions[:, -1:] + 1  # (B, 1)
-        return list(zip(out_ids, out_lp))
+        return list(zip(out_ids, out_lp, strict=False))
 
     # ------------------------------------------------------------------ chat
 
