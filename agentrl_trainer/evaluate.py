@@ -1,0 +1,101 @@
+"""Held-out evaluation with the rollout machinery the trainer uses (same prompts, same parsing).
+
+``evaluate`` plays every sample index of each task ``repeats`` times with one engine and
+returns the episodes; ``summarize`` gives the mean reward and its standard error per task and
+overall. Infrastructure failures are retried, never scored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentrl_envs.client import AsyncControllerClient
+from agentrl_envs.schema import SampleIndex
+
+from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode
+
+__all__ = ["evaluate", "summarize"]
+
+
+async def _evaluate(
+    controller_url: str,
+    engine: RolloutEngine,
+    tokenizer: Any,
+    stop_token_ids: Sequence[int],
+    samples: Mapping[str, Sequence[SampleIndex]],
+    settings: RolloutSettings,
+    repeats: int,
+    concurrency: int,
+    retries: int,
+) -> list[Episode]:
+    choice = EngineChoice(engine, 0, False)
+    gate = asyncio.Semaphore(concurrency)
+    specs = [
+        EpisodeSpec(task, index, group_id=n, episode_id=n * repeats + r)
+        for n, (task, index) in enumerate((t, i) for t, idx in samples.items() for i in idx)
+        for r in range(repeats)
+    ]
+    async with AsyncControllerClient(controller_url) as client:
+
+        async def one(spec: EpisodeSpec) -> Episode:
+            async with gate:
+                for _ in range(retries + 1):
+                    ep = await run_episode(client, spec, lambda _turn: choice, tokenizer, list(stop_token_ids), settings)
+                    if not ep.infra_failure:
+                        break
+                return ep
+
+        return list(await asyncio.gather(*(one(s) for s in specs)))
+
+
+def evaluate(
+    controller_url: str,
+    engine: RolloutEngine,
+    tokenizer: Any,
+    stop_token_ids: Sequence[int],
+    samples: Mapping[str, Sequence[SampleIndex]],
+    settings: RolloutSettings,
+    *,
+    repeats: int = 1,
+    concurrency: int = 64,
+    retries: int = 2,
+) -> list[Episode]:
+    """Run the episodes (blocking; call from a thread without a running event loop)."""
+    return asyncio.run(
+        _evaluate(controller_url, engine, tokenizer, stop_token_ids, samples, settings, repeats, concurrency, retries)
+    )
+
+
+def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+    n = len(values)
+    if n == 0:
+        return 0.0, 0.0
+    mean = sum(values) / n
+    if n == 1:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def summarize(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """Mean reward, standard error (sample std / √n), success rate and counts, overall and per task."""
+    scored = [e for e in episodes if not e.infra_failure]
+
+    def block(eps: Sequence[Episode]) -> dict[str, Any]:
+        mean, se = _mean_se([e.reward for e in eps])
+        return {
+            "episodes": len(eps),
+            "mean_reward": mean,
+            "stderr": se,
+            "success_rate": sum(e.reward >= 1.0 for e in eps) / max(len(eps), 1),
+            "completed_rate": sum(e.completed for e in eps) / max(len(eps), 1),
+            "turns_mean": sum(e.turns for e in eps) / max(len(eps), 1),
+        }
+
+    out = block(scored)
+    out["infra_failures"] = len(episodes) - len(scored)
+    out["per_task"] = {t: block([e for e in scored if e.spec.task == t]) for t in dict.fromkeys(e.spec.task for e in scored)}
+    return out
