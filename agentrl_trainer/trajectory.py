@@ -90,6 +90,7 @@ class TokenTrajectory:
         self.forks = 0
         self._through_assistant: int | None = None  # len(messages) right after the last assistant turn
         self._last_stopped = True
+        self._checked: tuple[int, list[int]] = (0, [])  # at the last prompt: len(held ids), its canonical ids
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -101,6 +102,7 @@ class TokenTrajectory:
         seg = Segment()
         seg.extend(self._encode(self._render(messages, True) + self.assistant_prefix), 0)
         self.segments.append(seg)
+        self._checked = (len(seg.input_ids), list(seg.input_ids))
         return list(seg.input_ids)
 
     def next_prompt(self, messages: Sequence[Message]) -> list[int]:
@@ -123,8 +125,16 @@ class TokenTrajectory:
             glue + full[len(upto) :] + self.assistant_prefix
         )
         seg.extend(tail, 0)
-        if self._encode(full + self.assistant_prefix) != seg.input_ids:
-            self.drift_turns += 1
+        # drift of this turn only: the ids added since the last prompt against their canonical
+        # re-tokenization (an earlier turn's drift is not counted again)
+        canonical = self._encode(full + self.assistant_prefix)
+        held_from, canon_prev = self._checked
+        if canonical[: len(canon_prev)] == canon_prev:
+            drifted = canonical[len(canon_prev) :] != seg.input_ids[held_from:]
+        else:
+            drifted = canonical != seg.input_ids
+        self.drift_turns += int(drifted)
+        self._checked = (len(seg.input_ids), canonical)
         self._through_assistant = None
         return list(seg.input_ids)
 

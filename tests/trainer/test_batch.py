@@ -1,0 +1,262 @@
+"""build_batch on hand-made groups, the GroupBuffer and the TaskSampler."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from agentrl_trainer.batch import build_batch
+from agentrl_trainer.pipeline import Group, GroupBuffer, TaskSampler
+from agentrl_trainer.rollout import Episode, EpisodeSpec
+from agentrl_trainer.trajectory import Segment
+
+PAD = 0
+INV_SQRT2 = 0.7071068
+
+
+@dataclass
+class Traj:
+    """What build_batch reads of a TokenTrajectory: its segments."""
+
+    segments: list[Segment] = field(default_factory=list)
+
+
+def seg(ids: list[int], mask: list[int], logprobs: list[float] | None = None) -> Segment:
+    lps = logprobs if logprobs is not None else [-0.5 if m else 0.0 for m in mask]
+    return Segment(list(ids), list(mask), list(lps))
+
+
+def episode(
+    task: str, group: int, eid: int, reward: float, segments: list[Segment], status: str = "completed", infra: bool = False
+) -> Episode:
+    return Episode(EpisodeSpec(task, group, group, eid), status, reward, infra, Traj(segments))  # type: ignore[arg-type]
+
+
+def group(gid: int, task: str, episodes: list[Episode]) -> Group:
+    return Group(gid, task, gid, episodes)
+
+
+def approx(values: list[float]):
+    return pytest.approx(values, abs=1e-5)
+
+
+# Group 0 of task "a": rewards [1, 0] -> group advantages [+0.7071, -0.7071]
+#   e0: ids [5, 6, 7, 8], mask [0, 1, 1, 0], logprobs [0, -0.5, -0.25, 0]
+#   e1: ids [5, 6, 9],    mask [0, 0, 1],    logprobs [0, 0, -1]
+def two_episodes() -> list[Group]:
+    e0 = episode("a", 0, 0, 1.0, [seg([5, 6, 7, 8], [0, 1, 1, 0], [0.0, -0.5, -0.25, 0.0])])
+    e1 = episode("a", 0, 1, 0.0, [seg([5, 6, 9], [0, 0, 1], [0.0, 0.0, -1.0])])
+    return [group(0, "a", [e0, e1])]
+
+
+def test_padding_masks_and_old_logprobs() -> None:
+    b = build_batch(two_episodes(), pad_token_id=PAD, task_norm=False)
+    assert b.input_ids.tolist() == [[5, 6, 7, 8], [5, 6, 9, PAD]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert b.loss_mask.tolist() == [[0, 1, 1, 0], [0, 0, 1, 0]]
+    assert b.old_logprobs.tolist() == [[0.0, -0.5, -0.25, 0.0], [0.0, 0.0, -1.0, 0.0]]
+    assert b.row_episode == [0, 1] and b.row_task == ["a", "a"]
+    assert b.rewards.tolist() == [1.0, 0.0]
+
+
+def test_episode_advantage_broadcast_over_its_trained_tokens() -> None:
+    b = build_batch(two_episodes(), pad_token_id=PAD, task_norm=False)
+    assert b.advantages[0].tolist() == approx([0.0, INV_SQRT2, INV_SQRT2, 0.0])
+    assert b.advantages[1].tolist() == approx([0.0, 0.0, -INV_SQRT2, 0.0])
+
+
+def test_unscaled_rewards_only_centre() -> None:
+    b = build_batch(two_episodes(), pad_token_id=PAD, task_norm=False, scale_rewards=False)
+    assert b.advantages[0].tolist() == approx([0.0, 0.5, 0.5, 0.0])
+    assert b.advantages[1].tolist() == approx([0.0, 0.0, -0.5, 0.0])
+
+
+def test_task_normalization_applied() -> None:
+    # token values [.7071, .7071, -.7071]: mean .2357, population std .6667 -> [.7071, .7071, -1.4142]
+    b = build_batch(two_episodes(), pad_token_id=PAD)
+    assert b.advantages[0].tolist() == approx([0.0, INV_SQRT2, INV_SQRT2, 0.0])
+    assert b.advantages[1].tolist() == approx([0.0, 0.0, -1.4142136, 0.0])
+    values = b.advantages[b.loss_mask.bool()].double()
+    assert float(values.mean()) == pytest.approx(0.0, abs=1e-6)
+    assert float(values.std(unbiased=False)) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_task_normalization_is_per_task() -> None:
+    # task "a" as above; task "b": rewards [3, 1, 2] -> centred [1, -1, 0] / std 1 -> [1, -1, 0]
+    # task b tokens: [1, 1, -1, 0] (e2 has 2 trained tokens): mean 0.25, pop std 0.829156
+    b_eps = [
+        episode("b", 1, 2, 3.0, [seg([1, 2, 3], [0, 1, 1])]),
+        episode("b", 1, 3, 1.0, [seg([1, 4], [0, 1])]),
+        episode("b", 1, 4, 2.0, [seg([1, 5], [0, 1])]),
+    ]
+    b = build_batch([*two_episodes(), group(1, "b", b_eps)], pad_token_id=PAD)
+    assert b.row_task == ["a", "a", "b", "b", "b"]
+    assert b.advantages[2].tolist() == approx([0.0, 0.904534, 0.904534, 0.0])
+    assert b.advantages[3].tolist() == approx([0.0, -1.507557, 0.0, 0.0])
+    assert b.advantages[4].tolist() == approx([0.0, -0.301511, 0.0, 0.0])
+    for task in ("a", "b"):
+        rows = [i for i, t in enumerate(b.row_task) if t == task]
+        values = b.advantages[rows][b.loss_mask[rows].bool()].double()
+        assert float(values.mean()) == pytest.approx(0.0, abs=1e-6)
+        assert float(values.std(unbiased=False)) == pytest.approx(1.0, abs=1e-5)
+    assert (b.advantages[~b.loss_mask.bool()] == 0).all()
+
+
+def test_incomplete_episode_is_shaped_to_the_penalty() -> None:
+    e0 = episode("a", 0, 0, 1.0, [seg([1, 2], [0, 1])])
+    e1 = episode("a", 0, 1, 1.0, [seg([1, 3], [0, 1])], status="task limit reached")
+    b = build_batch([group(0, "a", [e0, e1])], pad_token_id=PAD, task_norm=False)
+    assert b.rewards.tolist() == approx([1.0, -0.2])
+    assert b.advantages[:, 1].tolist() == approx([INV_SQRT2, -INV_SQRT2])
+    kept = build_batch([group(0, "a", [e0, e1])], pad_token_id=PAD, task_norm=False, incomplete_reward=None)
+    assert kept.rewards.tolist() == [1.0, 1.0]
+    assert kept.advantages.abs().sum() == 0
+
+
+def test_given_rewards_override_the_episodes() -> None:
+    b = build_batch(two_episodes(), [0.0, 2.0], pad_token_id=PAD, task_norm=False)
+    assert b.rewards.tolist() == [0.0, 2.0]
+    assert b.advantages[1].tolist() == approx([0.0, 0.0, INV_SQRT2, 0.0])
+    with pytest.raises(ValueError, match="1 rewards for 2 episodes"):
+        build_batch(two_episodes(), [1.0], pad_token_id=PAD)
+
+
+def test_forked_episode_gives_rows_with_the_same_advantage() -> None:
+    e0 = episode("a", 0, 0, 1.0, [seg([1, 2], [0, 1]), seg([1, 2, 3, 4], [0, 0, 1, 1]), seg([7], [0])])
+    e1 = episode("a", 0, 1, 0.0, [seg([1, 5, 6], [0, 1, 1])])
+    b = build_batch([group(0, "a", [e0, e1])], pad_token_id=PAD, task_norm=False)
+    assert b.row_episode == [0, 0, 1]  # the untrained third segment of e0 is no row
+    assert b.input_ids.tolist() == [[1, 2, PAD, PAD], [1, 2, 3, 4], [1, 5, 6, PAD]]
+    assert b.advantages.tolist()[0] == approx([0.0, INV_SQRT2, 0.0, 0.0])
+    assert b.advantages.tolist()[1] == approx([0.0, 0.0, INV_SQRT2, INV_SQRT2])
+    assert b.advantages.tolist()[2] == approx([0.0, -INV_SQRT2, -INV_SQRT2, 0.0])
+    normed = build_batch([group(0, "a", [e0, e1])], pad_token_id=PAD)
+    adv = normed.advantages[normed.loss_mask.bool()]
+    # token values [x, x, x, -x, -x] (x = .7071): mean x/5, population std .6928 ->
+    # e0's 3 tokens (on both of its rows) sqrt(2/3) = 0.816497, e1's 2 tokens -sqrt(3/2) = -1.224745
+    assert adv[:3].tolist() == approx([0.816497] * 3)
+    assert adv[3:].tolist() == approx([-1.224745] * 2)
+
+
+def test_rows_trims_to_the_longest_sequence() -> None:
+    b = build_batch(two_episodes(), pad_token_id=PAD, task_norm=False)
+    rows = b.rows(1, 2)
+    assert rows["input_ids"].tolist() == [[5, 6, 9]]
+    assert rows["loss_mask"].tolist() == [[0, 0, 1]]
+    assert rows["old_logprobs"].tolist() == [[0.0, 0.0, -1.0]]
+    assert set(rows) == {"input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages"}
+    assert b.rows(0, 2)["input_ids"].shape == (2, 4)
+
+
+def test_build_batch_rejects_unusable_input() -> None:
+    with pytest.raises(ValueError, match="trajectories"):
+        build_batch([], pad_token_id=PAD)
+    no_traj = Episode(EpisodeSpec("a", 0, 0, 0), "completed", 1.0, False, None)
+    with pytest.raises(ValueError, match="trajectories"):
+        build_batch([group(0, "a", [no_traj])], pad_token_id=PAD)
+    untrained = episode("a", 0, 0, 1.0, [seg([1, 2], [0, 0])])
+    with pytest.raises(ValueError, match="no episode has a trained token"):
+        build_batch([group(0, "a", [untrained])], pad_token_id=PAD)
+
+
+def test_dtypes() -> None:
+    b = build_batch(two_episodes(), pad_token_id=PAD)
+    assert b.input_ids.dtype == b.attention_mask.dtype == b.loss_mask.dtype == torch.long
+    assert b.old_logprobs.dtype == b.advantages.dtype == torch.float32
+
+
+# --------------------------------------------------------------------------- GroupBuffer
+
+
+def ep(gid: int, eid: int, infra: bool = False, task: str = "db") -> Episode:
+    return Episode(EpisodeSpec(task, 10 + gid, gid, eid), "cancelled" if infra else "completed", 1.0, infra, Traj())  # type: ignore[arg-type]
+
+
+def test_group_buffer_releases_only_complete_groups() -> None:
+    buf = GroupBuffer(group_size=3)
+    assert buf.add(ep(0, 0)) is None
+    assert buf.add(ep(1, 1)) is None
+    assert buf.add(ep(0, 2)) is None
+    assert buf.incomplete == 2
+    g = buf.add(ep(0, 3))
+    assert g is not None
+    assert (g.group_id, g.task, g.index, g.dropped) == (0, "db", 10, 0)
+    assert [e.spec.episode_id for e in g.episodes] == [0, 2, 3]
+    assert buf.incomplete == 1
+    assert buf.add(ep(1, 4)) is None
+    g1 = buf.add(ep(1, 5))
+    assert g1 is not None and [e.spec.episode_id for e in g1.episodes] == [1, 4, 5]
+    assert buf.incomplete == 0 and buf.discarded == 0
+
+
+def test_group_buffer_drops_infrastructure_failures() -> None:
+    buf = GroupBuffer(group_size=3, min_valid=2)
+    buf.add(ep(0, 0))
+    buf.add(ep(0, 1, infra=True))
+    g = buf.add(ep(0, 2))
+    assert g is not None
+    assert [e.spec.episode_id for e in g.episodes] == [0, 2]
+    assert g.dropped == 1 and buf.discarded == 0
+
+
+def test_group_buffer_discards_a_group_below_min_valid() -> None:
+    buf = GroupBuffer(group_size=3, min_valid=2)
+    buf.add(ep(0, 0, infra=True))
+    buf.add(ep(0, 1))
+    assert buf.add(ep(0, 2, infra=True)) is None
+    assert buf.discarded == 1 and buf.incomplete == 0
+
+
+def test_group_buffer_min_valid_is_capped_by_group_size() -> None:
+    buf = GroupBuffer(group_size=1, min_valid=2)
+    g = buf.add(ep(4, 0))
+    assert g is not None and len(g.episodes) == 1
+    with pytest.raises(ValueError, match="group_size"):
+        GroupBuffer(group_size=0)
+
+
+# --------------------------------------------------------------------------- TaskSampler
+
+
+def test_task_sampler_cycles_through_all_indices() -> None:
+    sampler = TaskSampler({"a": [0, 1, 2], "b": [7]}, {"a": 1.0, "b": 0.0}, seed=3)
+    draws = [sampler.draw() for _ in range(9)]
+    assert {t for t, _ in draws} == {"a"}
+    for k in range(3):  # each block of 3 is a permutation of the indices
+        assert sorted(i for _, i in draws[3 * k : 3 * k + 3]) == [0, 1, 2]
+
+
+def test_task_sampler_respects_weights() -> None:
+    sampler = TaskSampler({"a": [0, 1], "b": [5, 6, 7]}, {"a": 3.0, "b": 1.0}, seed=0)
+    counts = Counter(sampler.draw()[0] for _ in range(4000))
+    assert abs(counts["a"] - 3000) < 150  # binomial sd ≈ 27
+    assert counts["a"] + counts["b"] == 4000
+
+
+def test_task_sampler_defaults_to_equal_weights_and_is_seeded() -> None:
+    sampler = TaskSampler({"a": [0], "b": [1]}, seed=1)
+    assert sampler.weights == [1.0, 1.0]
+    draws = [sampler.draw() for _ in range(2000)]
+    assert abs(sum(t == "a" for t, _ in draws) - 1000) < 120
+    again = TaskSampler({"a": [0], "b": [1]}, seed=1)
+    assert [again.draw() for _ in range(2000)] == draws
+    other = TaskSampler({"a": [0], "b": [1]}, seed=2)
+    assert [other.draw() for _ in range(2000)] != draws
+
+
+@pytest.mark.parametrize(
+    ("indices", "weights", "match"),
+    [
+        ({"a": [0]}, {"a": -1.0}, "weights must be >= 0"),
+        ({"a": [0], "b": [1]}, {"a": 0.0, "b": 0.0}, "positive sum"),
+        ({"a": [0]}, {"z": 1.0}, "not sampled"),
+        ({"a": []}, None, "at least one sample index"),
+        ({}, None, "at least one sample index"),
+    ],
+)
+def test_task_sampler_rejects_bad_weights(indices: dict, weights: dict | None, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TaskSampler(indices, weights)
