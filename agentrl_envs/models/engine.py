@@ -304,7 +304,6 @@ class TransformersEngine:
                     max_context=self.max_context,
                 )
         limits = [max(1, min(lim, self.max_context - len(p))) for p, lim in zip(prompts, limits, strict=True)]
-        generator = torch.Generator().manual_seed(seed if seed is not None else secrets.randbits(63))
         from transformers import DynamicCache
 
         B, L = len(prompts), max(len(p) for p in prompts)
@@ -313,11 +312,14 @@ class TransformersEngine:
         for i, p in enumerate(prompts):
             ids[i, L - len(p) :] = torch.tensor(list(p))
             attn[i, L - len(p) :] = 1
+        device = next(self.model.parameters()).device
+        ids, attn = ids.to(device), attn.to(device)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, L)
         out_ids: list[list[int]] = [[] for _ in range(B)]
         out_lp: list[list[float]] = [[] for _ in range(B)]
         done = torch.zeros(B, dtype=torch.bool)  # (B,)
         stops = torch.tensor(sorted(self.stop_token_ids))
+        generator = torch.Generator(device=device).manual_seed(seed if seed is not None else secrets.randbits(63))
         with self._lock:
             cache = DynamicCache(config=self.model.config)
             step_ids = ids
@@ -340,8 +342,8 @@ class TransformersEngine:
                     tokens = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)[:, 0]  # (B,)
                 else:
                     tokens = logits.argmax(dim=-1)  # (B,)
-                tokens = torch.where(done, torch.full_like(tokens, self.pad_token_id), tokens)
-                chosen = logp.gather(1, tokens[:, None])[:, 0]  # (B,)
+                chosen = logp.gather(1, tokens[:, None])[:, 0].cpu()  # (B,)
+                tokens = torch.where(done, torch.full_like(tokens.cpu(), self.pad_token_id), tokens.cpu())
                 for i in range(B):
                     if not done[i]:
                         out_ids[i].append(int(tokens[i]))
@@ -349,8 +351,8 @@ class TransformersEngine:
                 done |= torch.isin(tokens, stops) | torch.tensor([len(o) >= lim for o, lim in zip(out_ids, limits, strict=False)])
                 if bool(done.all()):
                     break
-                step_ids = tokens[:, None]  # (B, 1)
-                attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long)], dim=1)  # (B, L + step + 1)
+                step_ids = tokens[:, None].to(device)  # (B, 1)
+                attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long, device=device)], dim=1)  # (B, L + step + 1)
                 positions = positions[:, -1:] + 1  # (B, 1)
         return list(zip(out_ids, out_lp, strict=False))
 
