@@ -251,10 +251,18 @@ def _as_call(obj: Any) -> ToolCall | None:
     return _call(obj["name"], {k: v for k, v in obj.items() if k not in ("name", "type", "id")})
 
 
+def _json_string(body: str) -> str:
+    """The value of a JSON string literal's body; raw when it does not decode (bad escape)."""
+    try:
+        return json.loads(f'"{body}"', strict=False)  # strict=False: raw control characters are fine
+    except ValueError:
+        return body
+
+
 def _salvage(text: str) -> ToolCall:
     """A call from text that is not valid JSON: the name if findable, the raw arguments."""
     name_m = _NAME_RE.search(text)
-    name = json.loads(f'"{name_m.group(1)}"') if name_m else ""
+    name = _json_string(name_m.group(1)) if name_m else ""
     args_m = _ARGS_RE.search(text)
     if args_m:
         raw = args_m.group(1).strip()

@@ -14,6 +14,7 @@ LoRA adapter before sending. Requires the ``vllm`` extra and a CUDA device.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 
 import torch
@@ -30,16 +31,21 @@ class VLLMEngine:
         self.client = VLLMClient(host=host, server_port=port, group_port=group_port, connection_timeout=timeout)
         self.client.init_communicator(device=torch.cuda.current_device())
         self.version = 0
-        self.busy_seconds = 0.0
+        self._busy_done = 0.0  # closed busy periods
         self._inflight = 0
         self._busy_since = 0.0
+
+    @property
+    def busy_seconds(self) -> float:
+        """Wall time with at least one generation in flight, the current busy period included."""
+        open_period = time.monotonic() - self._busy_since if self._inflight else 0.0
+        return self._busy_done + open_period
 
     async def generate(
         self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float
     ) -> tuple[list[int], list[float]]:
-        loop = asyncio.get_running_loop()
         if self._inflight == 0:
-            self._busy_since = loop.time()
+            self._busy_since = time.monotonic()
         self._inflight += 1
         try:
             out = await asyncio.to_thread(
@@ -48,7 +54,7 @@ class VLLMEngine:
         finally:
             self._inflight -= 1
             if self._inflight == 0:
-                self.busy_seconds += loop.time() - self._busy_since
+                self._busy_done += time.monotonic() - self._busy_since
         ids = list(out["completion_ids"][0])
         logprobs = [float(tok[0]) for tok in out["logprobs"][0]]
         return ids, logprobs

@@ -238,6 +238,13 @@ def test_truncated_json_keeps_the_call() -> None:
     assert c.function.name == "execute_sql" and c.function.arguments == '{"sql": "SELECT'
 
 
+@pytest.mark.parametrize(("raw", "name"), [("echo\tx", "echo\tx"), ("ec\\q", "ec\\q")])
+def test_salvaged_name_with_a_control_character_or_bad_escape_does_not_raise(raw: str, name: str) -> None:
+    # sampled completions can hold a raw control character or a bad escape in a truncated call
+    (c,) = parse_completion('<tool_call>\n{"name": "' + raw + '", "arguments": {"text": "a').tool_calls
+    assert c.function.name == name
+
+
 def test_garbage_in_a_block_is_a_nameless_call_not_dropped() -> None:
     (c,) = parse_completion("<tool_call>call the database please</tool_call>").tool_calls
     assert c.function.name == "" and c.function.arguments == "call the database please"
