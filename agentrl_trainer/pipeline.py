@@ -109,7 +109,9 @@ class TaskSampler:
         self.tasks = list(indices)
         self.weights = [float(weights.get(t, 1.0)) for t in self.tasks]
         if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
-            raise ValueError(f"task weights must be >= 0 with a positive sum; got {dict(zip(self.tasks, self.weights, strict=False))}")
+            raise ValueError(
+                f"task weights must be >= 0 with a positive sum; got {dict(zip(self.tasks, self.weights, strict=False))}"
+            )
         self._rng = random.Random(seed)
         self._indices = {t: list(v) for t, v in indices.items()}
         self._cycles: dict[str, deque[SampleIndex]] = {t: deque() for t in self.tasks}
@@ -239,9 +241,16 @@ class RolloutPipeline:
 
         return pick
 
-    def publish(self, step: int, named: Mapping[str, torch.Tensor]) -> list[int]:
-        """Give optimizer step ``step``'s weights to the engines due for them; returns their ids."""
-        due = engines_to_sync(step, len(self.engines), self.lagging, self.lag_steps)
+    def publish(self, step: int, named: Mapping[str, torch.Tensor], every_engine: bool = False) -> list[int]:
+        """Give optimizer step ``step``'s weights to the engines due for them; returns their ids.
+
+        ``every_engine`` updates the lagging ones too (at the start of training or a resume).
+        """
+        due = (
+            list(range(len(self.engines)))
+            if every_engine
+            else engines_to_sync(step, len(self.engines), self.lagging, self.lag_steps)
+        )
         for eid in due:
             self.engines[eid].load_weights(named, step)
         return due

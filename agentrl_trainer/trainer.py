@@ -59,6 +59,10 @@ class _PublishWeights(TrainerCallback):
     def __init__(self, trainer: AgentRLTrainer) -> None:
         self.trainer = trainer
 
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # After a resume the checkpoint's weights are loaded by now: every engine takes them.
+        self.trainer.publish_weights(state.global_step, every_engine=True)
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.trainer.publish_weights(state.global_step)
 
@@ -183,7 +187,6 @@ class AgentRLTrainer(GRPOTrainer):
             lagging_prob=args.lagging_prob,
             seed=args.seed,
         ).start()
-        self.publish_weights(0)
         return self.pipeline
 
     def stop_rollouts(self) -> None:
@@ -205,14 +208,15 @@ class AgentRLTrainer(GRPOTrainer):
         finally:
             self.stop_rollouts()
 
-    def publish_weights(self, step: int) -> None:
+    def publish_weights(self, step: int, every_engine: bool = False) -> None:
+        """Send the current weights to the engines due at ``step`` (all of them with ``every_engine``)."""
         if self.pipeline is None:
             return
         if any(getattr(e, "merged_weights", False) for e in self.engines):
             named = self._merged_weights()
         else:
             named = self._trainable()
-        self.pipeline.publish(step, named)
+        self.pipeline.publish(step, named, every_engine=every_engine)
 
     @torch.no_grad()
     def _merged_weights(self) -> dict[str, torch.Tensor]:
