@@ -1,4 +1,5 @@
-"""AgentBench's DB prompts (the text is AgentBench's, reproduced as data)."""
+"""AgentBench's DB prompts (the text is AgentBench's, reproduced as data), and the short
+system prompt of the ``easy`` splits (samples with ``"prompt": "easy"``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,22 @@ If the question is about modifying the database, then after done operation, your
 If your response cannot match any pattern I mentioned earlier, you will be judged as FAIL immediately.
 You should always use the tools provided to submit your answer. Be careful not to write it in the content field.
 Your input will be raw MySQL response, you have to deal with it by yourself."""
+
+
+#: System prompt of samples with ``"prompt": "easy"`` (the easy splits): short, so that a small
+#: model's prompt stays small; same tools, same rules.
+EASY_SYSTEM_PROMPT = """You operate a database with SQL. To run a SQL statement, call execute_sql like this:
+<tool_call>
+{"name": "execute_sql", "arguments": {"query": "SELECT * FROM t"}}
+</tool_call>
+When you are done, call commit_final_answer, e.g. {"name": "commit_final_answer", "arguments": {"answers": ["42"]}}."""
+
+SYSTEM_PROMPTS = {"agentbench": SYSTEM_PROMPT, "easy": EASY_SYSTEM_PROMPT}
+
+
+def system_prompt(sample: dict[str, Any]) -> str:
+    """The sample's system prompt: ``SYSTEM_PROMPTS[sample["prompt"]]``, AgentBench's by default."""
+    return SYSTEM_PROMPTS[sample.get("prompt") or "agentbench"]
 
 
 def user_prompt(sample: dict[str, Any]) -> str:

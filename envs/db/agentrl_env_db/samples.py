@@ -8,7 +8,8 @@ One sample (one JSON object; extra keys are kept)::
                                                  "rows": [["v"], ...]}},   # or a list of tables
      "label": [...],                           # SELECT-type: the answers; mutations: gold SQL
      "answer_md5": "[('<md5>',)]",             # mutations: the expected table hash
-     "sql": {"query": "SELECT ..."}}           # SELECT-type: the gold SQL (optional)
+     "sql": {"query": "SELECT ..."},           # SELECT-type: the gold SQL (optional)
+     "prompt": "easy", "max_turns": 3}         # optional: short system prompt, fewer rounds
 
 Anything malformed raises :class:`~agentrl_envs.errors.DataError` naming the file, the line or
 index, and the field.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -65,6 +66,8 @@ class SampleModel(BaseModel):
     table: Table | list[Table]
     label: list[Any] | None = None
     answer_md5: str | None = None
+    prompt: Literal["agentbench", "easy"] | None = None
+    max_turns: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _has_expected_answer(self) -> SampleModel:

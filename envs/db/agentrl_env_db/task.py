@@ -5,12 +5,17 @@ ends with ``commit_final_answer``. Scoring (see :mod:`.scoring`): SELECT-type sa
 the committed answers with ``label``; INSERT/UPDATE/DELETE samples ignore the answers and
 compare the hash of the tables (:mod:`.hashing`) with ``answer_md5``. Reward is 1 or 0.
 
+Samples of the ``easy`` splits (:mod:`.make_easy`) carry ``"prompt": "easy"`` (a short system
+prompt) and ``"max_turns": 3``; a sample's ``max_turns`` below the task's 15 runs its session
+with that round limit. Everything else (tools, scoring) is the same.
+
 Each session has its own database (see :mod:`.backends`), created in ``setup`` and dropped in
 ``teardown``.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +25,7 @@ from agentrl_envs.task import Task, tool
 
 from .backends import Backend, Database, TableSpec
 from .backends.base import count_statements
-from .prompts import SYSTEM_PROMPT, user_prompt
+from .prompts import system_prompt, user_prompt
 from .samples import gold_sql, load_file, load_split, query_type, tables_of, validate_sample
 from .scoring import combine_table_hashes, compare_results, hash_from_result, is_mutation
 
@@ -51,10 +56,17 @@ class DBConfig(BaseModel):
         return self
 
 
+@cache
+def with_max_turns(cls: type[Task], max_turns: int) -> type[Task]:
+    """``cls`` with another round limit (the episode loop reads ``type(task).max_turns``)."""
+    return type(cls.__name__, (cls,), {"max_turns": max_turns, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
+
 class DBTask(Task):
     name = "db"
     max_turns = 15
-    splits = ("dev",)
+    #: ``easy`` (200 samples) and ``easy-test`` (100, held out): see :mod:`.make_easy`.
+    splits = ("dev", "easy", "easy-test")
     concurrency = 32
     Config = DBConfig
 
@@ -100,6 +112,13 @@ class DBTask(Task):
 
     # ------------------------------------------------------------------ session
 
+    def __new__(cls, sample: dict[str, Any], **kwargs: Any) -> DBTask:
+        """A sample whose ``max_turns`` is below the task's gets a session with that limit."""
+        limit = sample.get("max_turns") if isinstance(sample, dict) else None
+        if type(limit) is int and 0 < limit < cls.max_turns:
+            cls = with_max_turns(cls, limit)  # type: ignore[assignment]
+        return super().__new__(cls)
+
     def __init__(self, sample: dict[str, Any], *, config: BaseModel | None = None, resources: Any = None) -> None:
         super().__init__(sample, config=config, resources=resources)
         self.tables = [TableSpec.from_sample_table(t) for t in tables_of(sample)]
@@ -111,7 +130,7 @@ class DBTask(Task):
             raise RuntimeError("the DB task needs its backend: open it with TaskRuntime.open() / open_resources")
         self.db = await self.resources.open_database()
         await self.db.create_tables(self.tables)
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user_prompt(self.sample)}]
+        return [{"role": "system", "content": system_prompt(self.sample)}, {"role": "user", "content": user_prompt(self.sample)}]
 
     async def teardown(self) -> None:
         if self.db is not None:

@@ -1,6 +1,9 @@
-"""AgentBench's OS-interaction prompts (function-calling version), verbatim."""
+"""AgentBench's OS-interaction prompts (function-calling version), verbatim, and the short
+prompts of the ``easy`` splits (problems with ``"prompt": "easy"``)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 SYSTEM_PROMPT = """You are an assistant that will act like a person. I will play the role of a Linux (Ubuntu) operating system.
 Your goal is to implement the operations required by me or answer the questions proposed by me.
@@ -18,6 +21,23 @@ TRUNCATED = "\n[truncated because the output is too long]"
 
 def user_prompt(description: str) -> str:
     return f"Now, I will start a new problem in a new OS. My problem is:\n\n{description}"
+
+
+#: System prompt of problems with ``"prompt": "easy"`` (the easy splits): short, with one example
+#: call, so that a small model's prompt stays small; same tools, same judging.
+EASY_SYSTEM_PROMPT = """You act in a Linux shell as root. To run bash, call bash_action like this:
+<tool_call>
+{"name": "bash_action", "arguments": {"script": "ls /root"}}
+</tool_call>
+When the task is done, call finish_action; to answer a question, call answer_action."""
+
+
+def opening_prompts(sample: dict[str, Any]) -> tuple[str, str]:
+    """(system, user) of a sample: AgentBench's, or for ``"prompt": "easy"`` the short system
+    prompt and the bare problem."""
+    if sample.get("prompt") == "easy":
+        return EASY_SYSTEM_PROMPT, sample["description"]
+    return SYSTEM_PROMPT, user_prompt(sample["description"])
 
 
 def os_output(text: str, limit: int = 800) -> str:

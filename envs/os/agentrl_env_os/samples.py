@@ -7,7 +7,8 @@ scripts dir), with an optional ``language`` (``bash`` or ``python``). A sample i
 
     {"description": str, "init": [Script], "start": Script | None,
      "match": {"answer"|"regex": str, "strip": bool} | None,
-     "check": [Script | None] | None, "example": Script | None, "labels": [str]}
+     "check": [Script | None] | None, "example": Script | None, "labels": [str],
+     "prompt": "easy", "max_turns": int}      # both optional (the easy splits set them)
 
 with ``Script = {"language": "bash"|"python", "code": str}``, so a sample is self-contained (a
 client's ``custom_task`` uses the same shape, or the raw AgentBench one with inline code).
@@ -23,6 +24,7 @@ from typing import Any
 from agentrl_envs.errors import DataError
 
 LANGUAGES = ("bash", "python")
+PROMPTS = ("agentbench", "easy")
 
 
 def data_dir() -> Path:
@@ -30,7 +32,8 @@ def data_dir() -> Path:
 
 
 def load_split(split: str) -> list[dict[str, Any]]:
-    """``dev`` (26 problems, AgentBench ``data/dev.json``) or ``train`` (1,000, ``training.json``)."""
+    """``dev`` (26 problems, AgentBench ``data/dev.json``), ``train`` (1,000, ``training.json``),
+    ``easy`` (200) or ``easy-test`` (100; both from :mod:`.make_easy`)."""
     return load_path(data_dir() / split)
 
 
@@ -101,6 +104,15 @@ def normalize(item: dict[str, Any], scripts_dir: Path | None = None, *, where: s
             raise DataError(f"{where}: a null check entry needs evaluation.example")
     else:
         raise DataError(f"{where}: evaluation needs 'match' or 'check'")
+    extra = {}
+    if item.get("prompt") is not None:
+        if item["prompt"] not in PROMPTS:
+            raise DataError(f"{where}: unknown prompt {item['prompt']!r} (known: {', '.join(PROMPTS)})")
+        extra["prompt"] = item["prompt"]
+    if item.get("max_turns") is not None:
+        if type(item["max_turns"]) is not int or item["max_turns"] < 1:
+            raise DataError(f"{where}: max_turns must be a positive integer")
+        extra["max_turns"] = item["max_turns"]
     return {
         "description": item["description"],
         "init": [_script(s, scripts_dir, where) for s in init_list],
@@ -109,4 +121,5 @@ def normalize(item: dict[str, Any], scripts_dir: Path | None = None, *, where: s
         "check": check,
         "example": example,
         "labels": list(item.get("labels") or []),
+        **extra,
     }

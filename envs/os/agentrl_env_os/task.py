@@ -9,11 +9,16 @@ persistent shell (cwd, variables and background jobs persist) and returns AgentB
 and ``finish_action(thought)`` both end the episode and judge the given text (as AgentBench does:
 ``finish_action``'s thought *is* the committed answer), by ``match`` or the ``check`` chain
 (:mod:`.scoring`). 8 rounds.
+
+Problems of the ``easy`` splits (:mod:`.make_easy`) carry ``"prompt": "easy"`` (a short system
+prompt, the bare problem as user message) and ``"max_turns": 3``; a sample's ``max_turns`` below
+the task's 8 runs its session with that round limit. Tools and judging are the same.
 """
 
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +29,7 @@ from agentrl_envs.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxL
 from agentrl_envs.schema import SampleStatus
 from agentrl_envs.task import Task, tool
 
-from .prompts import NO_TOOL_CALL, SYSTEM_PROMPT, os_output, user_prompt
+from .prompts import NO_TOOL_CALL, opening_prompts, os_output
 from .samples import data_dir, load_path, load_split, normalize
 from .scoring import evaluate_check, evaluate_match, script_command
 
@@ -64,10 +69,17 @@ def _reference_answers() -> dict[str, dict[str, Any]]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+@cache
+def with_max_turns(cls: type[Task], max_turns: int) -> type[Task]:
+    """``cls`` with another round limit (the episode loop reads ``type(task).max_turns``)."""
+    return type(cls.__name__, (cls,), {"max_turns": max_turns, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
+
 class OSTask(Task):
     name = "os"
     max_turns = 8
-    splits = ("dev", "train")
+    #: ``easy`` (200 problems) and ``easy-test`` (100, held out): see :mod:`.make_easy`.
+    splits = ("dev", "train", "easy", "easy-test")
     concurrency = 32
     Config = OSConfig
 
@@ -139,6 +151,13 @@ class OSTask(Task):
 
     # ------------------------------------------------------------------ session
 
+    def __new__(cls, sample: dict[str, Any], **kwargs: Any) -> OSTask:
+        """A sample whose ``max_turns`` is below the task's gets a session with that limit."""
+        limit = sample.get("max_turns") if isinstance(sample, dict) else None
+        if type(limit) is int and 0 < limit < cls.max_turns:
+            cls = with_max_turns(cls, limit)  # type: ignore[assignment]
+        return super().__new__(cls)
+
     def __init__(self, sample: dict[str, Any], *, config: BaseModel | None = None, resources: Any = None) -> None:
         super().__init__(sample, config=config, resources=resources)
         self.box: Sandbox | None = None
@@ -155,10 +174,8 @@ class OSTask(Task):
         if start is not None:
             code = start["code"] if start["language"] == "bash" else f"python3 -c {_sh_quote(start['code'])}"
             await self.box.shell(code)
-        return [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": user_prompt(self.sample["description"])},
-        ]
+        system, user = opening_prompts(self.sample)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     async def teardown(self) -> None:
         if self.box is not None:

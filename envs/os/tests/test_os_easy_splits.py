@@ -1,0 +1,63 @@
+"""The ``easy`` / ``easy-test`` splits: sizes, no overlap, regenerated identically; on the
+sandbox every reference scores 1 (through ``agentrl-envs check``), wrong episodes score 0 and
+the 3-round limit holds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentrl_env_os import OSTask
+from agentrl_env_os.make_easy import make_splits
+from agentrl_env_os.prompts import EASY_SYSTEM_PROMPT
+from agentrl_env_os.samples import normalize
+from agentrl_envs import TaskRuntime, get_task
+from agentrl_envs.cli import main
+
+
+def _call(name: str, **arguments: str) -> dict:
+    return {
+        "role": "assistant",
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}],
+    }
+
+
+def test_easy_splits_are_listed_sized_disjoint_and_reproducible() -> None:
+    assert {"easy", "easy-test"} <= set(OSTask.splits)
+    train, test = OSTask.load_samples("easy"), OSTask.load_samples("easy-test")
+    assert (len(train), len(test)) == (200, 100)
+    assert not {s["description"] for s in train} & {s["description"] for s in test}
+    assert len({s["description"] for s in train}) == 200 and len({s["description"] for s in test}) == 100
+    generated = make_splits()
+    assert [normalize(p) for p in generated["easy"]] == train and [normalize(p) for p in generated["easy-test"]] == test
+    assert all(OSTask.has_reference(s) and s["prompt"] == "easy" and s["max_turns"] == 3 for s in train + test)
+
+
+@pytest.mark.parametrize("split", ["easy", "easy-test"])
+def test_check_easy_solves_every_sample(rootfs, capsys, split: str) -> None:
+    main(["check", "os", "--split", split, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["total"] == len(OSTask.load_samples(split)) and report["rate"] == 1.0
+
+
+async def test_easy_session_prompt_limit_and_wrong_answers(rootfs) -> None:
+    runtime = TaskRuntime(get_task("os"), split="easy-test", config={"rootfs": str(rootfs)})
+    await runtime.open()
+    try:
+        check = next(i for i, s in enumerate(runtime.samples) if s["check"])
+        episode = runtime.episode(check)
+        assert type(episode.task).max_turns == 3 and type(episode.task).tool_definitions() == OSTask.tool_definitions()
+        first = await episode.start()
+        assert first.messages[0]["content"] == EASY_SYSTEM_PROMPT
+        assert first.messages[1]["content"] == runtime.samples[check]["description"]
+        out = await episode.step([_call("finish_action", thought="done")])  # nothing done: wrong
+        assert out.finish and out.reward == 0.0
+
+        episode = runtime.episode(check)
+        await episode.start()
+        for _ in range(3):
+            out = await episode.step([{"role": "assistant", "content": "thinking"}])
+        assert out.finish and out.status.value == "task limit reached"
+    finally:
+        await runtime.close()
