@@ -133,6 +133,15 @@ def _load(model: str | os.PathLike[str] | None) -> tuple[Any, Any, str]:
     return tokenizer, lm, name
 
 
+def _common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
+    first, n = rows[0], min(len(r) for r in rows)
+    for i in range(n):
+        t = first[i]
+        if any(r[i] != t for r in rows):
+            return i
+    return n
+
+
 def model_directory(model: str | os.PathLike[str] | None = None) -> Path:
     """A local HF model directory for ``model`` (``None``: the embedded SmolLM2-135M-Instruct).
 
@@ -306,15 +315,25 @@ class TransformersEngine:
         limits = [max(1, min(lim, self.max_context - len(p))) for p, lim in zip(prompts, limits, strict=True)]
         from transformers import DynamicCache
 
-        B, L = len(prompts), max(len(p) for p in prompts)
-        ids = torch.full((B, L), self.pad_token_id, dtype=torch.long)  # (B, L)
-        attn = torch.zeros((B, L), dtype=torch.long)  # (B, L)
-        for i, p in enumerate(prompts):
-            ids[i, L - len(p) :] = torch.tensor(list(p))
-            attn[i, L - len(p) :] = 1
+        B = len(prompts)
+        # Agent prompts share a long head (system prompt, tool schemas): it is run once and its
+        # cache is repeated for every row. Rows are [shared head][left padding][own suffix].
+        P = _common_prefix_len(prompts) if B > 1 else 0
+        P = min(P, min(len(p) for p in prompts) - 1)
+        if P < 16:
+            P = 0
+        suffixes = [list(p)[P:] for p in prompts]
+        S = max(len(x) for x in suffixes)
         device = next(self.model.parameters()).device
-        ids, attn = ids.to(device), attn.to(device)
-        positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+        ids = torch.full((B, S), self.pad_token_id, dtype=torch.long)  # (B, S)
+        attn = torch.zeros((B, P + S), dtype=torch.long)  # (B, P + S)
+        attn[:, :P] = 1
+        positions = torch.zeros((B, S), dtype=torch.long)  # (B, S)
+        for i, x in enumerate(suffixes):
+            ids[i, S - len(x) :] = torch.tensor(x)
+            attn[i, P + S - len(x) :] = 1
+            positions[i, S - len(x) :] = torch.arange(P, P + len(x))
+        ids, attn, positions = ids.to(device), attn.to(device), positions.to(device)
         out_ids: list[list[int]] = [[] for _ in range(B)]
         out_lp: list[list[float]] = [[] for _ in range(B)]
         done = torch.zeros(B, dtype=torch.bool)  # (B,)
@@ -322,6 +341,10 @@ class TransformersEngine:
         generator = torch.Generator(device=device).manual_seed(seed if seed is not None else secrets.randbits(63))
         with self._lock:
             cache = DynamicCache(config=self.model.config)
+            if P:
+                head = torch.tensor([list(prompts[0][:P])], dtype=torch.long, device=device)  # (1, P)
+                self.model(input_ids=head, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+                cache.batch_repeat_interleave(B)
             step_ids = ids
             for _step in range(max(limits)):
                 out = self.model(

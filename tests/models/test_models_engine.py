@@ -160,3 +160,31 @@ def test_tool_choice_naming_a_function_forces_that_function(engine: Transformers
 
     with pytest.raises(BadModelRequestError):
         engine.generate(DB_QUESTION, [SQL_TOOL], max_tokens=4, tool_choice={"type": "function", "function": {"name": "nope"}})
+
+
+def test_generate_batch_matches_one_by_one_with_and_without_a_shared_head(engine: TransformersEngine) -> None:
+    tools = [SQL_TOOL]
+    questions = ["What is 2+2?", "Name a color.", "Say hi to Bob in French, please."]
+    shared = [engine.encode_prompt([Message(role="user", content=q)], tools) for q in questions]  # long common head
+    unrelated = [[101, 102, 103, 104], [9001, 42], [7, 8, 9]]  # no common prefix: the plain path
+    for prompts in (shared, unrelated):
+        batch = engine.generate_batch(prompts, [12, 5, 12], temperature=0.0)
+        for prompt, limit, (ids, logprobs) in zip(prompts, [12, 5, 12], batch, strict=True):
+            alone, alone_lp = engine.generate_tokens(prompt, limit, temperature=0.0)
+            assert ids == alone
+            assert len(ids) <= limit
+            assert max(abs(a - b) for a, b in zip(logprobs, alone_lp, strict=True)) < 1e-3
+    assert len(shared[0]) > 16 and shared[0][:16] == shared[1][:16]
+
+
+def test_generate_batch_sampling_is_seeded_and_logprobs_are_of_the_sampled_tokens(engine: TransformersEngine) -> None:
+    prompts = [engine.encode_prompt([Message(role="user", content=q)]) for q in ("Tell me a story.", "List three fruits.")]
+    first = engine.generate_batch(prompts, 10, temperature=1.0, seed=7)
+    again = engine.generate_batch(prompts, 10, temperature=1.0, seed=7)
+    assert first == again
+    for prompt, (ids, logprobs) in zip(prompts, first, strict=True):
+        full = torch.tensor([prompt + ids])  # (1, P + N)
+        with torch.inference_mode():
+            logits = engine.model(input_ids=full).logits[0, len(prompt) - 1 : -1].float()  # (N, V)
+        expected = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-3)
