@@ -37,6 +37,7 @@ from .advantages import shape_reward
 from .batch import TrainBatch, build_batch
 from .config import AgentRLConfig
 from .engines import LocalEngine
+from .logprobs import token_logprobs
 from .loss import policy_loss
 from .pipeline import Group, PipelineEngine, RolloutPipeline, TaskSampler
 from .rollout import RolloutSettings
@@ -296,15 +297,9 @@ class AgentRLTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ loss
 
-    def _token_logprobs(self, model: Any, rows: dict[str, torch.Tensor], ref: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log p of each sampled token, only at columns that hold one: ((R, K), column index (K,))."""
-        ids, attn, mask = rows["input_ids"], rows["attention_mask"], rows["loss_mask"]
-        cols = torch.nonzero(mask[:, 1:].any(dim=0)).flatten()  # (K,) predicting positions
-        out = model(input_ids=ids, attention_mask=attn, logits_to_keep=cols, use_cache=False)
-        logits = out.logits.float() / max(self.temperature, 1e-6)  # (R, K, V)
-        targets = ids[:, cols + 1]  # (R, K)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None])[..., 0]  # (R, K)
-        return logp, cols + 1
+    def _token_logprobs(self, model: Any, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        share = self.agentrl_args.share_prompt_prefix and not self.args.gradient_checkpointing
+        return token_logprobs(model, rows, self.temperature, share_head=share)
 
     def _micro_loss(self, model: Any, rows: dict[str, torch.Tensor], normalizer: float) -> Any:
         device = self.accelerator.device
