@@ -134,7 +134,9 @@ class AgentRLConfig(GRPOConfig):
     )
     share_prompt_prefix: bool = field(
         default=True,
-        metadata={"help": "Run the rows' common head (system prompt, tools) once per micro-batch and share its cache (needs gradient_checkpointing off)."},
+        metadata={
+            "help": "Run the rows' common head (system prompt, tools) once per micro-batch and share its cache (needs gradient_checkpointing off)."
+        },
     )
     micro_batch_rows: int = field(
         default=8, metadata={"help": "Rows per forward/backward pass (the step's loss is still one token-mean)."}

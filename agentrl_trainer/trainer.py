@@ -142,7 +142,8 @@ class AgentRLTrainer(GRPOTrainer):
         if args.engine == "vllm":
             from .engines import VLLMEngine
 
-            return [VLLMEngine(args.vllm_server_host, args.vllm_server_port + i) for i in range(args.num_engines)]
+            group_port = getattr(args, "vllm_group_port", 51216)
+            return [VLLMEngine(args.vllm_server_host, args.vllm_server_port + i, group_port + i) for i in range(args.num_engines)]
         base = self.accelerator.unwrap_model(self.model)
         return [
             LocalEngine.from_model(copy.deepcopy(base), self.processing_class, max_batch=args.engine_max_batch, name=f"engine{i}")
