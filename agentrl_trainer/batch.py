@@ -35,10 +35,14 @@ class TrainBatch:
 
     def rows(self, start: int, stop: int) -> dict[str, torch.Tensor]:
         """Rows [start, stop) trimmed to their longest sequence, as the loss takes them."""
-        width = int(self.attention_mask[start:stop].sum(dim=1).max())
+        return self.select(list(range(start, stop)))
+
+    def select(self, rows: list[int]) -> dict[str, torch.Tensor]:
+        """The given rows (in that order) trimmed to their longest sequence, as the loss takes them."""
+        index = torch.tensor(rows, dtype=torch.long)
+        width = int(self.attention_mask[index].sum(dim=1).max())
         return {
-            k: getattr(self, k)[start:stop, :width]
-            for k in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages")
+            k: getattr(self, k)[index, :width] for k in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages")
         }
 
 

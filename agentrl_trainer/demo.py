@@ -77,6 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lagging-prob", type=float, default=0.25)
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0 skips the reference pass, to save CPU time)")
     p.add_argument("--assistant-prefix", default=TOOL_CALL_OPENING, help="forced opening of each turn (mask 0)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (training and evaluation)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -165,6 +166,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report_to=[],
         seed=a.seed,
         micro_batch_rows=8,
+        temperature=a.temperature,
+        gradient_checkpointing=False,  # lets the forward share the prompts' head (see logprobs.py)
     )
     trainer = AgentRLTrainer(args, callbacks=[TimeBudget(a.train_seconds)])
     settings = RolloutSettings(

@@ -342,8 +342,11 @@ class AgentRLTrainer(GRPOTrainer):
         started = time.monotonic()
         sums: dict[str, float] = defaultdict(float)
         loss_total = torch.zeros((), device=self.accelerator.device)
+        # Rows with the same head (one task's system prompt and tools) go in the same micro-batch,
+        # so the forward can share it; the loss does not depend on the order.
+        order = sorted(range(n), key=lambda r: (batch.row_task[r], batch.input_ids[r, :64].tolist()))
         for start in range(0, n, step_rows):
-            rows = batch.rows(start, min(start + step_rows, n))
+            rows = batch.select(order[start : start + step_rows])
             weight = float(rows["loss_mask"][:, 1:].sum()) / max(total, 1.0)
             with self.compute_loss_context_manager():
                 terms = self._micro_loss(model, rows, total)

@@ -18,6 +18,8 @@ __all__ = ["LocalEngine"]
 
 log = logging.getLogger(__name__)
 
+HEAD_KEY_TOKENS = 64  # prompts whose first tokens agree are sampled together
+
 _Request = tuple[list[int], int, float, float, asyncio.Future, asyncio.AbstractEventLoop]
 
 
@@ -80,10 +82,12 @@ class LocalEngine:
                     self._queue.put(None)
                     break
                 batch.append(item)
-            by_sampling: dict[tuple[float, float], list[_Request]] = {}
+            # One batched decode per sampling setting and prompt head: prompts of one task share
+            # their system prompt and tool schemas, which generate_batch then runs only once.
+            by_sampling: dict[tuple[float, float, tuple[int, ...]], list[_Request]] = {}
             for req in batch:
-                by_sampling.setdefault((req[2], req[3]), []).append(req)
-            for (temperature, top_p), reqs in by_sampling.items():
+                by_sampling.setdefault((req[2], req[3], tuple(req[0][:HEAD_KEY_TOKENS])), []).append(req)
+            for (temperature, top_p, _head), reqs in by_sampling.items():
                 started = time.monotonic()
                 try:
                     results: list[Any] = self.engine.generate_batch(

@@ -1,0 +1,63 @@
+"""A short version of `make train-demo`: the same run (db + os easy splits, SmolLM2 + LoRA, async
+with one lagging engine, base and trained held-out evaluations) at a tiny size."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from agentrl_envs.sandbox.bwrap import missing_requirements
+from agentrl_envs.sandbox.rootfs import default_rootfs_path
+
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture
+def os_sandbox() -> None:
+    problem = missing_requirements(default_rootfs_path())
+    if problem:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(problem)
+        pytest.skip(problem + ' (run: eval "$(sudo .ci/os-sandbox.sh | tail -n1)")')
+
+
+def test_short_train_demo_writes_the_run_and_the_curve(tmp_path, os_sandbox) -> None:
+    from agentrl_trainer.demo import main
+
+    run = main(
+        [
+            "--out", str(tmp_path),
+            "--eval-samples", "2",
+            "--max-steps", "2",
+            "--group-size", "2",
+            "--groups-per-step", "2",
+            "--max-turn-tokens", "12",
+            "--max-turns", "2",
+            "--train-seconds", "600",
+            "--lag-steps", "2",
+            "--lagging-prob", "0.5",
+        ]
+    )  # fmt: skip
+    saved = json.loads((tmp_path / "run.json").read_text())
+    assert saved["improved"] == run["improved"]
+    for key in ("base", "trained"):
+        ev = saved[key]
+        assert ev["episodes"] == 4 and ev["infra_failures"] == 0
+        assert set(ev["per_task"]) == {"db", "os"}
+        assert 0.0 <= ev["success_rate"] <= 1.0
+    steps = saved["steps"]
+    assert [s["step"] for s in steps] == [1.0, 2.0]
+    for s in steps:
+        assert s["rollout/episodes"] >= 2 and s["rollout/trained_tokens"] > 0
+        assert math.isfinite(s["loss"])
+        assert 0.0 <= s["rollout/lagging_turn_fraction"] <= 1.0
+    assert steps[-1]["rollout/staleness_max"] >= 0
+    assert saved["combined_stderr"] >= 0 and saved["improvement"] == pytest.approx(
+        saved["trained"]["mean_reward"] - saved["base"]["mean_reward"]
+    )
+    png = tmp_path / "reward_curve.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
