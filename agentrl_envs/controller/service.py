@@ -308,9 +308,9 @@ class ControllerService:
         self.metrics.interacts.labels(name, SampleStatus.TASK_ERROR.value).inc()
         return {"finish": True, "reward": 0, "status": SampleStatus.TASK_ERROR.value, "messages": [], "metrics": {"error": why}}
 
-    async def cancel(self, sid: int) -> None:
+    async def cancel(self, sid: int, reason: str = "cancelled by the client") -> None:
         s = self._session(sid)
-        self._end(sid, SampleStatus.CANCELLED, "cancelled by the client")
+        self._end(sid, SampleStatus.CANCELLED, reason)
         with contextlib.suppress(WorkerUnreachableError):
             await self._post(s.worker, "cancel", {"session_id": sid}, 30.0)
 
@@ -354,4 +354,4 @@ class ControllerService:
                 if not s.busy and now - s.last_active > self.idle_timeout:
                     log.info("session %d idle for %.0f s: cancelled", sid, now - s.last_active)
                     with contextlib.suppress(Exception):
-                        await self.cancel(sid)
+                        await self.cancel(sid, f"idle for {now - s.last_active:.0f} s (idle timeout {self.idle_timeout:.0f} s)")
