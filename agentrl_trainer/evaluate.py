@@ -60,7 +60,7 @@ def evaluate(
     settings: RolloutSettings,
     *,
     repeats: int = 1,
-    concurrency: int = 64,
+    concurrency: int = 32,
     retries: int = 2,
 ) -> list[Episode]:
     """Run the episodes (blocking; call from a thread without a running event loop)."""
