@@ -24,7 +24,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .trainer import AgentRLTrainer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = TrlParser((AgentRLConfig,), description="Train an agent with async multi-turn RL (AgentRL on TRL).")
+    parser = TrlParser(
+        (AgentRLConfig,),
+        description="Train an agent with async multi-turn RL (AgentRL on TRL). --config FILE.yaml reads the same fields from YAML; flags after it override it.",
+    )
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
     (args,) = parser.parse_args_and_config()
