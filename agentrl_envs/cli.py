@@ -95,6 +95,9 @@ def cmd_up(a: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with LocalStack(tasks, split=a.split, task_options=options, port=a.port, log_dir=a.log_dir, quiet=False) as stack:
+        # From here Ctrl-C only sets the flag: a KeyboardInterrupt raised inside a subprocess or
+        # docker-client call could leave a lock held that the teardown then waits on forever.
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
         print(f"controller: {stack.url}/api   tasks: {', '.join(tasks)}   logs: {stack.log_dir}", flush=True)
         print("press Ctrl-C to stop", flush=True)
         try:

@@ -168,6 +168,9 @@ def cmd_up_docker(a: Any, options: dict[str, dict[str, Any]]) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with DockerStack(tasks, split=a.split, task_options=options, port=a.port, host=a.host) as stack:
+        # From here Ctrl-C only sets the flag: a KeyboardInterrupt raised inside a subprocess or
+        # docker-client call could leave a lock held that the teardown then waits on forever.
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
         ids = ", ".join(f"{r}={c.short_id}" for r, c in stack.containers.items())
         print(f"controller: {stack.url}/api   tasks: {', '.join(tasks)}   containers: {ids}", flush=True)
         print(f"label: {STACK_LABEL}={stack.id}   press Ctrl-C to stop", flush=True)
