@@ -14,7 +14,6 @@ held-out mean reward rose by more than twice the combined standard error
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import math
@@ -28,7 +27,6 @@ from agentrl_envs.client import ControllerClient
 from agentrl_envs.stack import LocalStack
 
 from .config import AgentRLConfig
-from .engines import LocalEngine
 from .evaluate import evaluate, summarize
 from .rollout import RolloutSettings
 from .trainer import AgentRLTrainer
@@ -90,8 +88,7 @@ def _held_out(url: str, tasks: list[str], n: int) -> dict[str, list[Any]]:
 def _eval(
     trainer: AgentRLTrainer, url: str, samples: dict[str, list[Any]], settings: RolloutSettings, label: str
 ) -> dict[str, Any]:
-    model = copy.deepcopy(trainer.accelerator.unwrap_model(trainer.model))
-    engine = LocalEngine.from_model(model, trainer.processing_class, max_batch=64, name=f"eval-{label}")
+    engine = trainer.local_engine(f"eval-{label}", max_batch=64)
     try:
         started = time.monotonic()
         episodes = evaluate(url, engine, trainer.processing_class, engine.stop_token_ids, samples, settings)
@@ -170,13 +167,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         gradient_checkpointing=False,  # lets the forward share the prompts' head (see logprobs.py)
     )
     trainer = AgentRLTrainer(args, callbacks=[TimeBudget(a.train_seconds)])
-    settings = RolloutSettings(
-        max_tokens=a.max_turn_tokens,
-        max_turns=a.max_turns,
-        max_context=2048,
-        temperature=args.temperature,
-        assistant_prefix=a.assistant_prefix,
-    )
+    settings = trainer.rollout_settings()  # held-out episodes are played exactly as training ones
     with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
         samples = _held_out(eval_stack.url, a.tasks, a.eval_samples)
         base = _eval(trainer, eval_stack.url, samples, settings, "base")

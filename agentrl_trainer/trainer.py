@@ -144,11 +144,24 @@ class AgentRLTrainer(GRPOTrainer):
 
             group_port = getattr(args, "vllm_group_port", 51216)
             return [VLLMEngine(args.vllm_server_host, args.vllm_server_port + i, group_port + i) for i in range(args.num_engines)]
-        base = self.accelerator.unwrap_model(self.model)
-        return [
-            LocalEngine.from_model(copy.deepcopy(base), self.processing_class, max_batch=args.engine_max_batch, name=f"engine{i}")
-            for i in range(args.num_engines)
-        ]
+        return [self.local_engine(f"engine{i}", max_batch=args.engine_max_batch) for i in range(args.num_engines)]
+
+    def local_engine(self, name: str, max_batch: int = 32) -> LocalEngine:
+        """A transformers engine holding a copy of the model as it is now (the caller closes it)."""
+        model = copy.deepcopy(self.accelerator.unwrap_model(self.model))
+        return LocalEngine.from_model(model, self.processing_class, max_batch=max_batch, name=name)
+
+    def rollout_settings(self) -> RolloutSettings:
+        """How an episode is played (per-turn tokens, limits, sampling), from the config."""
+        args = self.agentrl_args
+        return RolloutSettings(
+            max_tokens=args.max_completion_length,
+            max_turns=args.max_turns,
+            max_context=args.max_context_length,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            assistant_prefix=args.assistant_prefix,
+        )
 
     def start_rollouts(self) -> RolloutPipeline:
         """Start the embedded stack (if no controller is given), the engines and the pipeline."""
@@ -166,21 +179,13 @@ class AgentRLTrainer(GRPOTrainer):
         self.engines = self._build_engines()
         first = self.engines[0]
         stop_ids = getattr(first, "stop_token_ids", None) or [self.processing_class.eos_token_id]
-        settings = RolloutSettings(
-            max_tokens=args.max_completion_length,
-            max_turns=args.max_turns,
-            max_context=args.max_context_length,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            assistant_prefix=args.assistant_prefix,
-        )
         self.pipeline = RolloutPipeline(
             self.controller_url,
             self.engines,
             self.processing_class,
             list(stop_ids),
             TaskSampler(indices, weights, seed=args.seed),
-            settings,
+            self.rollout_settings(),
             group_size=args.num_generations,
             mode=args.rollout_mode,  # type: ignore[arg-type]
             capacity_groups=args.queue_capacity_groups,

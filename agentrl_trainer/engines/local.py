@@ -14,6 +14,8 @@ import torch
 
 from agentrl_envs.models.engine import TransformersEngine
 
+from .busy import BusyClock
+
 __all__ = ["LocalEngine"]
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ class LocalEngine:
         self.batch_wait_s = batch_wait_s
         self.name = name
         self.version = 0
-        self.busy_seconds = 0.0
+        self._clock = BusyClock()
         self.batches = 0
         self.generated_tokens = 0
         self._queue: queue.Queue[_Request | None] = queue.Queue()
@@ -52,6 +54,11 @@ class LocalEngine:
         model.eval()
         model.requires_grad_(False)
         return cls(TransformersEngine.from_model(model, tokenizer), **kwargs)
+
+    @property
+    def busy_seconds(self) -> float:
+        """Wall time spent sampling, the batch in progress included."""
+        return self._clock.seconds
 
     @property
     def stop_token_ids(self) -> list[int]:
@@ -88,14 +95,13 @@ class LocalEngine:
             for req in batch:
                 by_sampling.setdefault((req[2], req[3], tuple(req[0][:HEAD_KEY_TOKENS])), []).append(req)
             for (temperature, top_p, _head), reqs in by_sampling.items():
-                started = time.monotonic()
-                try:
-                    results: list[Any] = self.engine.generate_batch(
-                        [r[0] for r in reqs], [r[1] for r in reqs], temperature=temperature, top_p=top_p
-                    )
-                except Exception as e:  # every waiting episode learns of it
-                    results = [e] * len(reqs)
-                self.busy_seconds += time.monotonic() - started
+                with self._clock.busy():
+                    try:
+                        results: list[Any] = self.engine.generate_batch(
+                            [r[0] for r in reqs], [r[1] for r in reqs], temperature=temperature, top_p=top_p
+                        )
+                    except Exception as e:  # every waiting episode learns of it
+                        results = [e] * len(reqs)
                 self.batches += 1
                 for req, res in zip(reqs, results, strict=True):
                     fut, loop = req[4], req[5]

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+
+from .busy import BusyClock
 
 __all__ = ["SimulatedEngine"]
 
@@ -38,15 +39,12 @@ class SimulatedEngine:
         self._rng = random.Random(seed)
         self.stop_token_id = stop_token_id if stop_token_id is not None else tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.version = 0
-        self._busy_done = 0.0  # closed busy periods
-        self._inflight = 0
-        self._busy_since = 0.0
+        self._clock = BusyClock()
 
     @property
     def busy_seconds(self) -> float:
         """Wall time with at least one generation in flight, the current busy period included."""
-        open_period = time.monotonic() - self._busy_since if self._inflight else 0.0
-        return self._busy_done + open_period
+        return self._clock.seconds
 
     def latency(self) -> float:
         return self.median_s * self._rng.lognormvariate(0.0, self.sigma)
@@ -54,15 +52,8 @@ class SimulatedEngine:
     async def generate(
         self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float
     ) -> tuple[list[int], list[float]]:
-        if self._inflight == 0:
-            self._busy_since = time.monotonic()
-        self._inflight += 1
-        try:
+        with self._clock.busy():
             await asyncio.sleep(self.latency())
-        finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._busy_done += time.monotonic() - self._busy_since
         text = self.respond(self.tokenizer.decode(prompt_ids))
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])[: max(max_tokens - 1, 0)] + [self.stop_token_id]
         return ids, [-1.0] * len(ids)

@@ -14,10 +14,11 @@ LoRA adapter before sending. Requires the ``vllm`` extra and a CUDA device.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 
 import torch
+
+from .busy import BusyClock
 
 __all__ = ["VLLMEngine"]
 
@@ -31,30 +32,20 @@ class VLLMEngine:
         self.client = VLLMClient(host=host, server_port=port, group_port=group_port, connection_timeout=timeout)
         self.client.init_communicator(device=torch.cuda.current_device())
         self.version = 0
-        self._busy_done = 0.0  # closed busy periods
-        self._inflight = 0
-        self._busy_since = 0.0
+        self._clock = BusyClock()
 
     @property
     def busy_seconds(self) -> float:
         """Wall time with at least one generation in flight, the current busy period included."""
-        open_period = time.monotonic() - self._busy_since if self._inflight else 0.0
-        return self._busy_done + open_period
+        return self._clock.seconds
 
     async def generate(
         self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float
     ) -> tuple[list[int], list[float]]:
-        if self._inflight == 0:
-            self._busy_since = time.monotonic()
-        self._inflight += 1
-        try:
+        with self._clock.busy():
             out = await asyncio.to_thread(
                 self.client.generate, [list(prompt_ids)], temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0
             )
-        finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._busy_done += time.monotonic() - self._busy_since
         ids = list(out["completion_ids"][0])
         logprobs = [float(tok[0]) for tok in out["logprobs"][0]]
         return ids, logprobs
