@@ -40,7 +40,7 @@ class AgentRLConfig(GRPOConfig):
 
     - **rollout_mode**: `"async"` (rollout and training overlap) or `"sync"` (the baseline).
     - **min_groups_per_step**, **max_groups_per_step**, **queue_capacity_groups**: the dynamic batch.
-    - **max_turns**, **max_context_length**, **assistant_prefix**, **incomplete_reward**.
+    - **max_turns**, **max_context_length**, **assistant_prefix**, **constrain_tool_calls**, **incomplete_reward**.
 
     > Engines and cross-policy sampling
 
@@ -99,6 +99,13 @@ class AgentRLConfig(GRPOConfig):
     )
     assistant_prefix: str = field(
         default="", metadata={"help": "Text written at the start of every assistant turn before sampling (mask 0)."}
+    )
+    constrain_tool_calls: bool = field(
+        default=False,
+        metadata={
+            "help": "Sample every turn under a tool-call grammar (xgrammar): exactly one well-formed call to one of "
+            "the episode's tools. Tokens keep mask 1 and their unconstrained logprobs. Transformers engine only."
+        },
     )
     incomplete_reward: float | None = field(
         default=-0.2, metadata={"help": "Reward of an episode that did not end 'completed' (None keeps the task reward)."}
@@ -163,6 +170,8 @@ class AgentRLConfig(GRPOConfig):
             raise ValueError(f"rollout_mode must be 'async' or 'sync', not {self.rollout_mode!r}")
         if self.engine not in ("transformers", "vllm"):
             raise ValueError(f"engine must be 'transformers' or 'vllm', not {self.engine!r}")
+        if self.constrain_tool_calls and self.engine != "transformers":
+            raise ValueError("constrain_tool_calls needs engine='transformers' (the vLLM engine does not support it yet)")
         if not self.tasks:
             raise ValueError("tasks is empty: name at least one task, e.g. --tasks db os")
         if self.task_weights and len(self.task_weights) != len(self.tasks):

@@ -74,7 +74,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lag-steps", type=int, default=4)
     p.add_argument("--lagging-prob", type=float, default=0.25)
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0 skips the reference pass, to save CPU time)")
-    p.add_argument("--assistant-prefix", default=TOOL_CALL_OPENING, help="forced opening of each turn (mask 0)")
+    p.add_argument(
+        "--constrain-tool-calls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="sample every turn under the tool-call grammar (exactly one well-formed call)",
+    )
+    p.add_argument(
+        "--assistant-prefix",
+        default="",
+        help=f"forced opening of each turn (mask 0), e.g. {TOOL_CALL_OPENING!r} with --no-constrain-tool-calls",
+    )
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (training and evaluation)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -151,6 +161,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         max_turns=a.max_turns,
         max_context_length=2048,
         assistant_prefix=a.assistant_prefix,
+        constrain_tool_calls=a.constrain_tool_calls,
         learning_rate=a.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,

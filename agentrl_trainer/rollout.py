@@ -39,8 +39,10 @@ class RolloutEngine(Protocol):
     version: int  # the optimizer step whose weights it holds
 
     async def generate(
-        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float
-    ) -> tuple[list[int], list[float]]: ...
+        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Any = None
+    ) -> tuple[list[int], list[float]]:
+        """Sample a turn; with ``tools``, constrained to one well-formed call to one of them."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class RolloutSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     assistant_prefix: str = ""
+    constrain_tool_calls: bool = False  # sample every turn under the tool-call grammar
     start_timeout: float = 120.0  # how long to wait for a free worker slot
 
 
@@ -146,7 +149,11 @@ async def run_episode(
                 break
             choice = pick_engine(len(traj.turns))
             ids, logprobs = await choice.engine.generate(
-                prompt, min(settings.max_tokens, room), settings.temperature, settings.top_p
+                prompt,
+                min(settings.max_tokens, room),
+                settings.temperature,
+                settings.top_p,
+                tools=tools if settings.constrain_tool_calls else None,
             )
             assistant = parse_completion(traj.completion_text(ids), tool_names).to_message()
             messages.append(assistant)

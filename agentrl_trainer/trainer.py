@@ -161,6 +161,7 @@ class AgentRLTrainer(GRPOTrainer):
             temperature=args.temperature,
             top_p=args.top_p,
             assistant_prefix=args.assistant_prefix,
+            constrain_tool_calls=args.constrain_tool_calls,
         )
 
     def start_rollouts(self) -> RolloutPipeline:

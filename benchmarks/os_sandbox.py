@@ -75,7 +75,10 @@ async def bench_bwrap(a: argparse.Namespace) -> dict[str, Any]:
     if problem:
         return {"skipped": problem}
     async with BubblewrapBackend(limits=LIMITS) as backend:
-        return {"start": summary(await starts(backend, a.sessions)), "round_trip": summary(await round_trips(backend, a.commands))}
+        return {
+            "start": summary(await starts(backend, a.sessions)),
+            "round_trip": summary(await round_trips(backend, a.commands)),
+        }
 
 
 async def bench_docker(a: argparse.Namespace) -> dict[str, Any]:

@@ -34,6 +34,7 @@ import torch
 
 from ..schema import Message, ToolDefinition, Usage
 from .errors import BadModelRequestError, ContextLengthError, ModelLoadError
+from .grammar import ToolCallGrammar
 from .toolcalls import forced_call_prefix, parse_completion, render_prompt, template_supports_tools
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,7 @@ class TransformersEngine:
     def _setup(self, tokenizer: Any, model: Any, name: str) -> None:
         self.tokenizer, self.model, self.name = tokenizer, model, name
         self._lock = threading.Lock()
+        self._grammar: ToolCallGrammar | None = None
         self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         config = self.model.config
         self.max_context: int = int(getattr(config, "max_position_embeddings", 2048))
@@ -294,6 +296,8 @@ class TransformersEngine:
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | None = None,
+        matchers: Sequence[Any | None] | None = None,
+        grammar: ToolCallGrammar | None = None,
     ) -> list[tuple[list[int], list[float]]]:
         """Sample one completion per prompt in one batched decode: ``[(completion_ids, logprobs)]``.
 
@@ -301,9 +305,16 @@ class TransformersEngine:
         logprobs under softmax(logits / temperature), greedy at 0); ``max_tokens`` may be one
         limit per prompt. Prompts are left-padded; each row's positions start at 0, so a row
         samples from the same distribution as it would alone.
+
+        ``matchers`` (with the ``grammar`` that made them, see :mod:`.grammar`): one xgrammar
+        matcher or ``None`` per prompt; a row with a matcher samples only tokens its grammar
+        allows. Its logprobs stay those of the unconstrained softmax(logits / temperature), the
+        policy that a trainer recomputes from the same weights.
         """
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if matchers is not None and (len(matchers) != len(prompts) or (grammar is None and any(m is not None for m in matchers))):
+            raise ValueError("matchers needs one entry per prompt, and the grammar that made them")
         limits = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
         for p, _lim in zip(prompts, limits, strict=True):
             if len(p) + 1 > self.max_context:
@@ -339,6 +350,8 @@ class TransformersEngine:
         done = torch.zeros(B, dtype=torch.bool)  # (B,)
         stops = torch.tensor(sorted(self.stop_token_ids))
         generator = torch.Generator(device=device).manual_seed(seed if seed is not None else secrets.randbits(63))
+        constrained = [i for i, m in enumerate(matchers or []) if m is not None]
+        bitmask = grammar.allocate_bitmask(B) if grammar is not None and constrained else None
         with self._lock:
             cache = DynamicCache(config=self.model.config)
             if P:
@@ -358,7 +371,14 @@ class TransformersEngine:
                 logits = out.logits[:, -1].float()  # (B, V)
                 if temperature > 0:
                     logits = logits / temperature
-                logp = torch.log_softmax(logits, dim=-1)  # (B, V)
+                logp = torch.log_softmax(logits, dim=-1)  # (B, V), unconstrained
+                live = [i for i in constrained if not done[i]]
+                if bitmask is not None and live:
+                    assert grammar is not None and matchers is not None
+                    logits = logits.clone()
+                    for i in live:
+                        matchers[i].fill_next_token_bitmask(bitmask, i)
+                    grammar.apply_bitmask(logits, bitmask, live)
                 if temperature > 0:
                     if top_p < 1.0:
                         logits = torch.stack([_top_p_filter(row, top_p) for row in logits])
@@ -371,6 +391,9 @@ class TransformersEngine:
                     if not done[i]:
                         out_ids[i].append(int(tokens[i]))
                         out_lp[i].append(float(chosen[i]))
+                for i in live if bitmask is not None else ():
+                    if not matchers[i].accept_token(int(tokens[i])):  # type: ignore[index]
+                        raise RuntimeError(f"the grammar rejected the token it allowed ({int(tokens[i])})")
                 done |= torch.isin(tokens, stops) | torch.tensor([len(o) >= lim for o, lim in zip(out_ids, limits, strict=False)])
                 if bool(done.all()):
                     break
@@ -378,6 +401,14 @@ class TransformersEngine:
                 attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long, device=device)], dim=1)  # (B, L + step + 1)
                 positions = positions[:, -1:] + 1  # (B, 1)
         return list(zip(out_ids, out_lp, strict=False))
+
+    def tool_call_grammar(self) -> ToolCallGrammar:
+        """The engine's :class:`.grammar.ToolCallGrammar` (built on first use, then shared)."""
+        with self._lock:
+            if self._grammar is None:
+                vocab = max(int(self.model.config.vocab_size), len(self.tokenizer))
+                self._grammar = ToolCallGrammar(self.tokenizer, vocab, sorted(self.stop_token_ids))
+            return self._grammar
 
     # ------------------------------------------------------------------ chat
 

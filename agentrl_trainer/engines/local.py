@@ -7,7 +7,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 HEAD_KEY_TOKENS = 64  # prompts whose first tokens agree are sampled together
 
-_Request = tuple[list[int], int, float, float, asyncio.Future, asyncio.AbstractEventLoop]
+# prompt ids, max tokens, temperature, top_p, tools to constrain the turn to (or None), future, loop
+_Request = tuple[list[int], int, float, float, Any, asyncio.Future, asyncio.AbstractEventLoop]
 
 
 class LocalEngine:
@@ -31,6 +32,8 @@ class LocalEngine:
     ``generate`` may be awaited by many episodes at once: a worker thread gathers the requests
     that arrive within ``batch_wait_s`` (up to ``max_batch``) and samples them in one batched
     decode. ``load_weights`` copies tensors into the model by parameter name between batches.
+    A request with ``tools`` is sampled under the tool-call grammar (:mod:`agentrl_envs.models.grammar`):
+    exactly one well-formed call to one of them.
     """
 
     def __init__(
@@ -65,11 +68,11 @@ class LocalEngine:
         return sorted(self.engine.stop_token_ids)
 
     async def generate(
-        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float
+        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Sequence[Any] | None = None
     ) -> tuple[list[int], list[float]]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
-        self._queue.put((list(prompt_ids), max_tokens, temperature, top_p, fut, loop))
+        self._queue.put((list(prompt_ids), max_tokens, temperature, top_p, tools or None, fut, loop))
         return await fut
 
     def _serve(self) -> None:
@@ -97,14 +100,21 @@ class LocalEngine:
             for (temperature, top_p, _head), reqs in by_sampling.items():
                 with self._clock.busy():
                     try:
+                        grammar = self.engine.tool_call_grammar() if any(r[4] for r in reqs) else None
+                        matchers = [grammar.matcher(r[4]) if grammar and r[4] else None for r in reqs]
                         results: list[Any] = self.engine.generate_batch(
-                            [r[0] for r in reqs], [r[1] for r in reqs], temperature=temperature, top_p=top_p
+                            [r[0] for r in reqs],
+                            [r[1] for r in reqs],
+                            temperature=temperature,
+                            top_p=top_p,
+                            matchers=matchers if grammar else None,
+                            grammar=grammar,
                         )
                     except Exception as e:  # every waiting episode learns of it
                         results = [e] * len(reqs)
                 self.batches += 1
                 for req, res in zip(reqs, results, strict=True):
-                    fut, loop = req[4], req[5]
+                    fut, loop = req[5], req[6]
                     if isinstance(res, Exception):
                         loop.call_soon_threadsafe(_settle, fut, None, res)
                     else:

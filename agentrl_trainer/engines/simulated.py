@@ -50,8 +50,9 @@ class SimulatedEngine:
         return self.median_s * self._rng.lognormvariate(0.0, self.sigma)
 
     async def generate(
-        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float
+        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Any = None
     ) -> tuple[list[int], list[float]]:
+        # tools (a tool-call constraint) is ignored: the reply comes from ``respond``
         with self._clock.busy():
             await asyncio.sleep(self.latency())
         text = self.respond(self.tokenizer.decode(prompt_ids))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -40,8 +41,10 @@ class VLLMEngine:
         return self._clock.seconds
 
     async def generate(
-        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float
+        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Any = None
     ) -> tuple[list[int], list[float]]:
+        if tools:
+            raise NotImplementedError("constrain_tool_calls is not supported with the vLLM engine yet (transformers engine only)")
         with self._clock.busy():
             out = await asyncio.to_thread(
                 self.client.generate, [list(prompt_ids)], temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0

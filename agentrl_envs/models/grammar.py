@@ -1,0 +1,111 @@
+"""Constrained decoding of tool calls with xgrammar (the grammar engine vLLM uses).
+
+A turn sampled under :class:`ToolCallGrammar` is exactly one Hermes-style call to one of the
+offered tools, in the format :func:`.toolcalls.parse_completion` reads and the prompt shows::
+
+    <tool_call>
+    {"name": "<one of the tools>", "arguments": <JSON that fits that tool's parameters>}
+    </tool_call><stop>
+
+The arguments follow the tool's JSON schema (required keys, types, no extra keys), so a small
+model can no longer invent tool names or write broken JSON; *what* it calls and with which
+values is still its own choice. This is the transformers counterpart of OpenAI's
+``tool_choice="required"`` as structured-output engines implement it.
+
+Grammars are compiled once per tool set (cached by the tools' JSON) for one tokenizer;
+:meth:`ToolCallGrammar.matcher` returns a fresh per-sequence matcher that the sampling loop
+feeds token by token (see :meth:`.engine.TransformersEngine.generate_batch`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from ..schema import ToolDefinition
+
+__all__ = ["ToolCallGrammar", "tool_call_schema"]
+
+CALL_OPEN = "<tool_call>\n"
+CALL_CLOSE = "\n</tool_call>"
+
+
+def _tool_dict(tool: ToolDefinition | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(tool, ToolDefinition):
+        return tool.model_dump(mode="json", exclude_none=True)
+    return dict(tool)
+
+
+def tool_call_schema(tools: Sequence[ToolDefinition | dict[str, Any]]) -> dict[str, Any]:
+    """JSON schema of one call: ``{"name": <const>, "arguments": <that tool's parameters>}``
+    for any of ``tools`` (``anyOf``; ``name`` first, as the prompt's example writes it)."""
+    if not tools:
+        raise ValueError("a tool-call grammar needs at least one tool")
+    options = []
+    for tool in tools:
+        fn = _tool_dict(tool)["function"]
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        options.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": fn["name"]}, "arguments": params},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    return options[0] if len(options) == 1 else {"anyOf": options}
+
+
+class ToolCallGrammar:
+    """Compiled tool-call grammars for one tokenizer (thread-safe, cached per tool set).
+
+    ``vocab_size``: the model's logits width (may exceed ``len(tokenizer)``);
+    ``stop_token_ids``: the ids that end a turn (accepted once the call is complete).
+    Raises ``ImportError`` with the install hint when xgrammar is missing.
+    """
+
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: Sequence[int]) -> None:
+        try:
+            import xgrammar as xgr
+        except ImportError as e:  # pragma: no cover - xgrammar is part of the [local] extra
+            raise ImportError("constrained tool calls need xgrammar: pip install 'agentrl-envs[local]'") from e
+        self._xgr = xgr
+        self.vocab_size = int(vocab_size)
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=sorted(stop_token_ids))
+        self._compiler = xgr.GrammarCompiler(info)
+        self._cache: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def compiled(self, tools: Sequence[ToolDefinition | dict[str, Any]]) -> Any:
+        """The compiled grammar of one call to one of ``tools`` (an ``xgrammar.CompiledGrammar``)."""
+        schema = tool_call_schema(tools)
+        key = json.dumps(schema, sort_keys=True)
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        xgr = self._xgr
+        # properties are generated in schema order (name before arguments), so not the sorted key
+        body = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=(", ", ": "))
+        grammar = xgr.Grammar.concat(
+            xgr.Grammar.from_ebnf(f"root ::= {json.dumps(CALL_OPEN)}"),
+            body,
+            xgr.Grammar.from_ebnf(f"root ::= {json.dumps(CALL_CLOSE)}"),
+        )
+        compiled = self._compiler.compile_grammar(grammar)
+        with self._lock:
+            return self._cache.setdefault(key, compiled)
+
+    def matcher(self, tools: Sequence[ToolDefinition | dict[str, Any]]) -> Any:
+        """A fresh ``xgrammar.GrammarMatcher`` for one sequence."""
+        return self._xgr.GrammarMatcher(self.compiled(tools))
+
+    def allocate_bitmask(self, rows: int) -> Any:
+        """A token bitmask for ``rows`` sequences (fill it with ``matcher.fill_next_token_bitmask``)."""
+        return self._xgr.allocate_token_bitmask(rows, self.vocab_size)
+
+    def apply_bitmask(self, logits: Any, bitmask: Any, indices: Sequence[int]) -> None:
+        """Set to -inf, in place, the logits of the tokens the grammar forbids, in rows ``indices``."""
+        self._xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device), indices=list(indices))

@@ -1,0 +1,132 @@
+"""Tool-call grammar (xgrammar): what it accepts, and sampling under it with the real SmolLM2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentrl_envs.models.engine import TransformersEngine
+from agentrl_envs.models.grammar import tool_call_schema
+from agentrl_envs.models.toolcalls import parse_completion
+from agentrl_envs.schema import FunctionDefinition, Message, ToolDefinition
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("xgrammar")
+
+SQL = ToolDefinition(
+    function=FunctionDefinition(
+        name="execute_sql",
+        description="Run one SQL query.",
+        parameters={
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    )
+)
+COMMIT = ToolDefinition(
+    function=FunctionDefinition(
+        name="commit_final_answer",
+        description="Commit the answers.",
+        parameters={
+            "type": "object",
+            "properties": {"answers": {"type": "array", "items": {"type": "string"}}},
+            "required": ["answers"],
+            "additionalProperties": False,
+        },
+    )
+)
+TOOLS = [SQL, COMMIT]
+
+
+def _call(name: str, arguments: dict) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def test_schema_is_one_option_per_tool_with_name_first() -> None:
+    schema = tool_call_schema(TOOLS)
+    options = schema["anyOf"]
+    assert [o["properties"]["name"] for o in options] == [{"const": "execute_sql"}, {"const": "commit_final_answer"}]
+    assert list(options[0]["properties"]) == ["name", "arguments"]
+    assert options[1]["properties"]["arguments"] == COMMIT.function.parameters
+    assert tool_call_schema([SQL])["properties"]["name"] == {"const": "execute_sql"}  # one tool: no anyOf
+    with pytest.raises(ValueError):
+        tool_call_schema([])
+
+
+@pytest.mark.model
+def test_grammar_accepts_exactly_well_formed_calls_to_offered_tools(engine: TransformersEngine) -> None:
+    grammar = engine.tool_call_grammar()
+    im_end = engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def accepts(text: str, then_stop: bool = True) -> bool:
+        matcher = grammar.matcher(TOOLS)
+        ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"] + ([im_end] if then_stop else [])
+        return all(matcher.accept_token(i) for i in ids) and (not then_stop or matcher.is_terminated())
+
+    assert accepts(_call("execute_sql", {"query": "SELECT 1"}))
+    assert accepts(_call("commit_final_answer", {"answers": ["a", "b"]}))
+    assert accepts(_call("commit_final_answer", {"answers": []}))
+    assert not accepts(_call("drop_table", {"query": "x"}))  # not an offered tool
+    assert not accepts(_call("execute_sql", {"sql": "SELECT 1"}))  # wrong argument name
+    assert not accepts(_call("execute_sql", {"query": 3}))  # wrong type
+    assert not accepts(_call("execute_sql", {"query": "x", "extra": "y"}))  # no extra keys
+    assert not accepts('<tool_call>\n{"arguments": {"query": "x"}, "name": "execute_sql"}\n</tool_call>')  # name first
+    assert not accepts("Sure! " + _call("execute_sql", {"query": "x"}))  # nothing before the call
+    assert not accepts(_call("execute_sql", {"query": "x"})[:-3], then_stop=True)  # no stop before the end
+    assert grammar.compiled(TOOLS) is grammar.compiled(list(TOOLS))  # compiled once per tool set
+
+
+@pytest.mark.model
+def test_generate_batch_under_the_grammar_always_yields_a_valid_call(engine: TransformersEngine) -> None:
+    grammar = engine.tool_call_grammar()
+    names = [t.function.name for t in TOOLS]
+    questions = ["How many rows does table t have?", "Delete the row of pets whose name is 'Rex'.", "Hello!", "2+2?"]
+    prompts = [engine.encode_prompt([Message(role="user", content=q)], TOOLS) for q in questions]
+    plain_prompt = engine.encode_prompt([Message(role="user", content="Tell me a story.")])
+    rows = [*prompts, plain_prompt]  # the last row is unconstrained
+    stopped = 0
+    for seed in (1, 2, 3):
+        matchers = [grammar.matcher(TOOLS) for _ in prompts] + [None]
+        out = engine.generate_batch(rows, 120, temperature=1.5, seed=seed, matchers=matchers, grammar=grammar)
+        for (ids, logprobs), prompt in zip(out[:-1], prompts, strict=True):
+            if ids[-1] not in engine.stop_token_ids:  # a long string ran into the token limit
+                assert len(ids) == 120
+                assert engine.tokenizer.decode(ids).startswith('<tool_call>\n{"name": "')
+                continue
+            stopped += 1
+            parsed = parse_completion(engine.tokenizer.decode(ids[:-1]), names)
+            assert parsed.content is None and len(parsed.tool_calls) == 1
+            call = parsed.tool_calls[0]
+            args = json.loads(call.function.arguments)  # valid JSON, the tool's own keys
+            assert call.function.name in names
+            assert set(args) == ({"query"} if call.function.name == "execute_sql" else {"answers"})
+            # logprobs are the unconstrained policy's, at temperature 1.5: what a trainer recomputes
+            full = torch.tensor([prompt + ids])
+            with torch.inference_mode():
+                logits = engine.model(input_ids=full).logits[0, len(prompt) - 1 : -1].float() / 1.5
+            expected = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids)[:, None])[:, 0]
+            assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-3)
+        plain_ids, _ = out[-1]
+        assert len(plain_ids) > 0
+        assert not engine.tokenizer.decode(plain_ids).startswith("<tool_call>")  # unconstrained row: free text
+    assert stopped >= len(prompts)  # most calls end within the limit
+    # an unconstrained model at this temperature rarely writes a valid call (the point of the grammar)
+    free = engine.generate_batch(prompts, 120, temperature=1.5, seed=1)
+    valid = sum(
+        len(parse_completion(engine.tokenizer.decode(i), names).tool_calls) == 1 and i[-1] in engine.stop_token_ids
+        for i, _ in free
+    )
+    assert valid < len(prompts)
+
+
+@pytest.mark.model
+def test_generate_batch_rejects_matchers_without_their_grammar(engine: TransformersEngine) -> None:
+    grammar = engine.tool_call_grammar()
+    prompt = engine.encode_prompt([Message(role="user", content="hi")], TOOLS)
+    with pytest.raises(ValueError, match="matchers"):
+        engine.generate_batch([prompt], 4, matchers=[grammar.matcher(TOOLS)])
+    with pytest.raises(ValueError, match="matchers"):
+        engine.generate_batch([prompt, prompt], 4, matchers=[None], grammar=grammar)

@@ -1,0 +1,76 @@
+"""Episodes played under the tool-call grammar: the trainer's LocalEngine + run_episode through a
+real controller and echo worker, with the real SmolLM2."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from agentrl_envs.client import AsyncControllerClient, ControllerClient
+from agentrl_envs.models.engine import TransformersEngine
+from agentrl_envs.models.toolcalls import parse_completion
+from agentrl_envs.stack import LocalStack
+from agentrl_trainer.config import AgentRLConfig
+from agentrl_trainer.engines.local import LocalEngine
+from agentrl_trainer.rollout import EngineChoice, EpisodeSpec, RolloutSettings, run_episode
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
+pytest.importorskip("xgrammar")
+
+
+def _completions(segment) -> list[list[int]]:  # runs of trained (mask 1) tokens: one per turn
+    runs: list[list[int]] = []
+    prev = 0
+    for tok, mask in zip(segment.input_ids, segment.loss_mask, strict=True):
+        if mask and not prev:
+            runs.append([])
+        if mask:
+            runs[-1].append(tok)
+        prev = mask
+    return runs
+
+
+def test_every_turn_is_one_valid_call_and_keeps_mask_and_logprobs() -> None:
+    engine = LocalEngine(TransformersEngine(), max_batch=8)
+    tokenizer = engine.engine.tokenizer
+    settings = RolloutSettings(max_tokens=48, max_turns=3, temperature=1.0, constrain_tool_calls=True)
+    try:
+        with LocalStack(["echo"]) as stack:
+            with ControllerClient(stack.url) as c:
+                indices = c.get_indices("echo")[:4]
+
+            async def play():
+                async with AsyncControllerClient(stack.url) as client:
+                    choice = EngineChoice(engine, 0, False)
+                    specs = [EpisodeSpec("echo", i, group_id=0, episode_id=n) for n, i in enumerate(indices)]
+                    return await asyncio.gather(
+                        *(run_episode(client, s, lambda _t: choice, tokenizer, engine.stop_token_ids, settings) for s in specs)
+                    )
+
+            episodes = asyncio.run(play())
+    finally:
+        engine.close()
+    turns = 0
+    for ep in episodes:
+        assert not ep.infra_failure and ep.trajectory is not None
+        for seg in ep.trajectory.segments:
+            assert len(seg.logprobs) == len(seg.input_ids)
+            assert all(lp < 0 for lp, m in zip(seg.logprobs, seg.loss_mask, strict=True) if m)  # engine logprobs kept
+        runs = _completions(ep.trajectory.segments[-1])
+        assert len(runs) == ep.turns
+        for ids in runs:
+            turns += 1
+            if ids[-1] in engine.stop_token_ids:
+                calls = parse_completion(tokenizer.decode(ids[:-1]), ["echo"]).tool_calls
+                assert len(calls) == 1 and calls[0].function.name == "echo"
+                assert set(json.loads(calls[0].function.arguments)) == {"text"}
+            else:
+                assert len(ids) == settings.max_tokens  # only a token limit can cut a call short
+    assert turns >= len(episodes)
+
+
+def test_config_refuses_the_grammar_with_vllm() -> None:
+    with pytest.raises(ValueError, match="constrain_tool_calls"):
+        AgentRLConfig(output_dir="/tmp/x", tasks=["echo"], engine="vllm", constrain_tool_calls=True, report_to=[])
