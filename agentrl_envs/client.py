@@ -7,6 +7,10 @@ Errors map onto :mod:`agentrl_envs.errors`: a refused connection or a 5xx is an
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -24,6 +28,8 @@ from .errors import (
     WorkerUnreachableError,
 )
 from .schema import InteractResponse, Message, SampleIndex, StartSampleResponse
+
+log = logging.getLogger(__name__)
 
 _BY_CODE: dict[str, type[AgentRLEnvsError]] = {
     cls.code: cls
@@ -113,8 +119,31 @@ class AsyncControllerClient:
         )
         return InteractResponse.model_validate(response.json())
 
+    async def start_sample_when_free(
+        self, task: str, index: SampleIndex, *, timeout: float, delay: Callable[[int], float]
+    ) -> tuple[int, StartSampleResponse]:
+        """:meth:`start_sample`, retried while no worker slot is free (:class:`CapacityError`)
+        until ``timeout`` seconds have passed; retry ``n`` (from 0) first sleeps ``delay(n)`` s."""
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            try:
+                return await self.start_sample(task, index)
+            except CapacityError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(delay(attempt))
+                attempt += 1
+
     async def cancel(self, session_id: int) -> None:
         await self._request("POST", "cancel", headers={"session_id": str(session_id)})
+
+    async def cancel_quietly(self, session_id: int) -> None:
+        """Best-effort :meth:`cancel` (the session may be gone already): failures are only logged."""
+        try:
+            await self.cancel(session_id)
+        except Exception as e:
+            log.debug("cancel of session %s failed: %r", session_id, e)
 
     async def list_workers(self) -> Any:
         return (await self._request("GET", "list_workers")).json()

@@ -13,19 +13,14 @@ from typing import Any
 
 import torch
 
+from agentrl_envs.models.engine import shared_head_length
+
 __all__ = ["shared_head_length", "token_logprobs"]
 
 
 def _base_model(model: Any) -> Any:
     model = getattr(model, "module", model)  # DDP / accelerate wrappers
     return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def shared_head_length(input_ids: torch.Tensor, limit: int, minimum: int = 16) -> int:
-    """How many leading tokens all rows share, at most ``limit``; 0 when under ``minimum``. (R, T) -> int"""
-    same = (input_ids == input_ids[:1]).all(dim=0)  # (T,)
-    n = min(int(same.long().cumprod(dim=0).sum()), limit)
-    return n if n >= minimum else 0
 
 
 def token_logprobs(

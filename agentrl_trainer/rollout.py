@@ -12,7 +12,6 @@ did (controller or worker unreachable, ``task error``, ``cancelled``) marks the 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from typing import Any, Protocol
 import httpx
 
 from agentrl_envs.client import AsyncControllerClient
-from agentrl_envs.errors import AgentRLEnvsError, CapacityError
+from agentrl_envs.errors import AgentRLEnvsError
 from agentrl_envs.models.toolcalls import parse_completion
 from agentrl_envs.schema import Message, SampleIndex, SampleStatus, ToolDefinition
 
@@ -94,26 +93,6 @@ class Episode:
         return len(self.trajectory.turns) if self.trajectory else 0
 
 
-async def _start(client: AsyncControllerClient, spec: EpisodeSpec, timeout: float) -> tuple[int, Any]:
-    deadline = time.monotonic() + timeout
-    delay = 0.05
-    while True:
-        try:
-            return await client.start_sample(spec.task, spec.index)
-        except CapacityError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-
-async def _cancel(client: AsyncControllerClient, session_id: int) -> None:
-    try:
-        await client.cancel(session_id)
-    except Exception as e:  # best effort: the session may be gone already
-        log.debug("cancel of session %s failed: %r", session_id, e)
-
-
 async def run_episode(
     client: AsyncControllerClient,
     spec: EpisodeSpec,
@@ -132,7 +111,9 @@ async def run_episode(
     session_id: int | None = None
     traj: TokenTrajectory | None = None
     try:
-        session_id, first = await _start(client, spec, settings.start_timeout)
+        session_id, first = await client.start_sample_when_free(
+            spec.task, spec.index, timeout=settings.start_timeout, delay=lambda n: min(0.05 * 2**n, 1.0)
+        )
         messages = [Message.model_validate(m) for m in first.messages]
         tools = [ToolDefinition.model_validate(t) for t in first.tools]
         tool_names = [t.function.name for t in tools]
@@ -194,4 +175,4 @@ async def run_episode(
         )
     finally:
         if session_id is not None:
-            await _cancel(client, session_id)
+            await client.cancel_quietly(session_id)

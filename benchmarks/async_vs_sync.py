@@ -167,13 +167,18 @@ def run_sim(a: argparse.Namespace) -> dict[str, Any]:
         for mode in MODES:
             r = run_sim_mode(mode, a, stack.url, tokenizer, indices)
             out[mode] = r
-            print(
-                f"sim  {mode:<5} {r['trajectories']:>5} trajectories in {r['wall_s']:6.1f} s: {r['trajectories_per_s']:7.2f} traj/s,"
-                f" engine idle {r['engine_idle_fraction']:.2f}, staleness {r['staleness_mean']:.2f}",
-                flush=True,
-            )
+            _report("sim", mode, r)
     out["speedup"] = out["async"]["trajectories_per_s"] / out["sync"]["trajectories_per_s"]
     return out
+
+
+def _report(part: str, mode: str, r: dict[str, Any]) -> None:
+    """One result line: ``sim  async   640 trajectories in ...``."""
+    print(
+        f"{part:<4} {mode:<5} {r['trajectories']:>5} trajectories in {r['wall_s']:6.1f} s: {r['trajectories_per_s']:7.2f} traj/s,"
+        f" engine idle {r['engine_idle_fraction']:.2f}, staleness {r['staleness_mean']:.2f}",
+        flush=True,
+    )
 
 
 # ---------------------------------------------------------------------------------- real engine
@@ -270,11 +275,7 @@ def run_real(a: argparse.Namespace) -> dict[str, Any]:
     for mode in MODES:
         r = run_real_mode(mode, a)
         out[mode] = r
-        print(
-            f"real {mode:<5} {r['trajectories']:>5} trajectories in {r['wall_s']:6.1f} s: {r['trajectories_per_s']:7.2f} traj/s,"
-            f" engine idle {r['engine_idle_fraction']:.2f}, staleness {r['staleness_mean']:.2f}",
-            flush=True,
-        )
+        _report("real", mode, r)
     out["speedup"] = out["async"]["trajectories_per_s"] / out["sync"]["trajectories_per_s"]
     return out
 

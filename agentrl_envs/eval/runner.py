@@ -30,7 +30,7 @@ import openai
 from tqdm.auto import tqdm
 
 from ..client import AsyncControllerClient
-from ..errors import CapacityError, InfrastructureError, SessionError
+from ..errors import InfrastructureError, SessionError
 from ..schema import SampleIndex, SampleStatus
 from .config import EvalConfig
 
@@ -119,9 +119,12 @@ class _Evaluator:
         self.oai = oai
         self.controller = controller
 
+    def _delay(self, attempt: int) -> float:
+        """Exponential backoff with jitter: retry_backoff · 2^attempt (at most 30 s) · [0.5, 1)."""
+        return min(self.config.retry_backoff * 2**attempt, 30.0) * (0.5 + random.random() / 2)
+
     async def _backoff(self, attempt: int) -> None:
-        delay = min(self.config.retry_backoff * 2**attempt, 30.0)
-        await asyncio.sleep(delay * (0.5 + random.random() / 2))
+        await asyncio.sleep(self._delay(attempt))
 
     async def indices(self, task: str) -> list[SampleIndex]:
         """The task's indices (first ``limit``); infrastructure failures are retried, then raised."""
@@ -135,35 +138,19 @@ class _Evaluator:
                 await self._backoff(attempt)
         return indices[: self.config.limit] if self.config.limit is not None else indices
 
-    async def _start(self, task: str, index: SampleIndex) -> tuple[int, Any]:
-        deadline = time.monotonic() + self.config.capacity_timeout
-        attempt = 0
-        while True:
-            try:
-                return await self.controller.start_sample(task, index)
-            except CapacityError:
-                if time.monotonic() >= deadline:
-                    raise
-                await self._backoff(min(attempt, 4))
-                attempt += 1
-
-    async def _cancel(self, session_id: int) -> None:
-        try:
-            await self.controller.cancel(session_id)
-        except Exception as e:  # best effort: the session may already be gone
-            log.debug("cancel of session %s failed: %r", session_id, e)
-
     async def _attempt(self, task: str, index: SampleIndex) -> EpisodeResult:
         """Run one episode once; raise :class:`_Retry` when the failure is not the model's."""
         ep = EpisodeResult(task=task, index=index, status=SampleStatus.RUNNING.value)
         session_id: int | None = None
         try:
-            session_id, first = await self._start(task, index)
+            session_id, first = await self.controller.start_sample_when_free(
+                task, index, timeout=self.config.capacity_timeout, delay=lambda n: self._delay(min(n, 4))
+            )
             ep.tools, ep.messages = list(first.tools), list(first.messages)
             finished, status, reward, metrics = first.finish, first.status, first.reward, first.metrics
             while not finished:
                 if self.config.max_turns is not None and ep.turns >= self.config.max_turns:
-                    await self._cancel(session_id)
+                    await self.controller.cancel_quietly(session_id)
                     ep.status, ep.reward = SampleStatus.TASK_LIMIT_REACHED.value, 0.0
                     ep.metrics["truncated_by_client"] = True
                     return ep
@@ -171,7 +158,7 @@ class _Evaluator:
                     completion = await self.oai.chat.completions.create(**self._request(ep))
                 except openai.APIError as e:
                     if _is_context_error(e):
-                        await self._cancel(session_id)
+                        await self.controller.cancel_quietly(session_id)
                         ep.status, ep.reward = SampleStatus.AGENT_CONTEXT_LIMIT.value, 0.0
                         return ep
                     raise
@@ -194,7 +181,7 @@ class _Evaluator:
             raise _Retry(f"model API: {type(e).__name__}: {e}", ep) from e
         finally:
             if session_id is not None and ep.status == SampleStatus.RUNNING.value:
-                await self._cancel(session_id)
+                await self.controller.cancel_quietly(session_id)
 
     def _request(self, ep: EpisodeResult) -> dict[str, Any]:
         request: dict[str, Any] = {

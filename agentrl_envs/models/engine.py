@@ -134,13 +134,21 @@ def _load(model: str | os.PathLike[str] | None) -> tuple[Any, Any, str]:
     return tokenizer, lm, name
 
 
-def _common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
+def shared_head_length(rows: Sequence[Sequence[int]] | torch.Tensor, limit: int, minimum: int = 16) -> int:
+    """How many leading token ids all rows share, at most ``limit``; 0 when under ``minimum``
+    (too short a head is not worth a separate pass). ``rows``: id sequences or an (R, T) tensor.
+    Used by batched sampling here and by the RL trainer's training forward."""
+    if isinstance(rows, torch.Tensor):
+        rows = rows.tolist()
     first, n = rows[0], min(len(r) for r in rows)
+    common = n
     for i in range(n):
         t = first[i]
         if any(r[i] != t for r in rows):
-            return i
-    return n
+            common = i
+            break
+    common = min(common, limit)
+    return common if common >= minimum else 0
 
 
 def model_directory(model: str | os.PathLike[str] | None = None) -> Path:
@@ -329,10 +337,7 @@ class TransformersEngine:
         B = len(prompts)
         # Agent prompts share a long head (system prompt, tool schemas): it is run once and its
         # cache is repeated for every row. Rows are [shared head][left padding][own suffix].
-        P = _common_prefix_len(prompts) if B > 1 else 0
-        P = min(P, min(len(p) for p in prompts) - 1)
-        if P < 16:
-            P = 0
+        P = shared_head_length(prompts, min(len(p) for p in prompts) - 1) if B > 1 else 0
         suffixes = [list(p)[P:] for p in prompts]
         S = max(len(x) for x in suffixes)
         device = next(self.model.parameters()).device

@@ -25,17 +25,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..schema import ToolDefinition
+from .toolcalls import _tool_dict
 
 __all__ = ["ToolCallGrammar", "tool_call_schema"]
 
 CALL_OPEN = "<tool_call>\n"
 CALL_CLOSE = "\n</tool_call>"
-
-
-def _tool_dict(tool: ToolDefinition | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(tool, ToolDefinition):
-        return tool.model_dump(mode="json", exclude_none=True)
-    return dict(tool)
 
 
 def tool_call_schema(tools: Sequence[ToolDefinition | dict[str, Any]]) -> dict[str, Any]:

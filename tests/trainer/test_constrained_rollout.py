@@ -1,20 +1,20 @@
-"""Episodes played under the tool-call grammar: the trainer's LocalEngine + run_episode through a
-real controller and echo worker, with the real SmolLM2."""
+"""Episodes played under the tool-call grammar: the trainer's LocalEngine + run_episode (through
+evaluate) with a real controller and echo worker, and the real SmolLM2."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
-from agentrl_envs.client import AsyncControllerClient, ControllerClient
+from agentrl_envs.client import ControllerClient
 from agentrl_envs.models.engine import TransformersEngine
 from agentrl_envs.models.toolcalls import parse_completion
 from agentrl_envs.stack import LocalStack
 from agentrl_trainer.config import AgentRLConfig
 from agentrl_trainer.engines.local import LocalEngine
-from agentrl_trainer.rollout import EngineChoice, EpisodeSpec, RolloutSettings, run_episode
+from agentrl_trainer.evaluate import evaluate
+from agentrl_trainer.rollout import RolloutSettings
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
 pytest.importorskip("xgrammar")
@@ -40,16 +40,7 @@ def test_every_turn_is_one_valid_call_and_keeps_mask_and_logprobs() -> None:
         with LocalStack(["echo"]) as stack:
             with ControllerClient(stack.url) as c:
                 indices = c.get_indices("echo")[:4]
-
-            async def play():
-                async with AsyncControllerClient(stack.url) as client:
-                    choice = EngineChoice(engine, 0, False)
-                    specs = [EpisodeSpec("echo", i, group_id=0, episode_id=n) for n, i in enumerate(indices)]
-                    return await asyncio.gather(
-                        *(run_episode(client, s, lambda _t: choice, tokenizer, engine.stop_token_ids, settings) for s in specs)
-                    )
-
-            episodes = asyncio.run(play())
+            episodes = evaluate(stack.url, engine, tokenizer, engine.stop_token_ids, {"echo": indices}, settings)
     finally:
         engine.close()
     turns = 0
