@@ -60,16 +60,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--out", default="runs/train-demo", help="output directory")
     p.add_argument("--tasks", nargs="+", default=["db", "os"])
+    p.add_argument(
+        "--task-weights",
+        nargs="+",
+        type=float,
+        default=None,
+        help="training draw weights, one per task (default: 3 1 for db os, where the base model gets no os reward; else equal)",
+    )
     p.add_argument("--train-split", default="easy")
     p.add_argument("--eval-split", default="easy-test")
-    p.add_argument("--eval-samples", type=int, default=32, help="held-out samples per task (one episode each)")
+    p.add_argument("--eval-samples", type=int, default=40, help="held-out samples per task (one episode each)")
     p.add_argument("--max-steps", type=int, default=40)
-    p.add_argument("--train-seconds", type=float, default=540.0, help="stop training after the step that crosses this")
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--groups-per-step", type=int, default=2)
-    p.add_argument("--learning-rate", type=float, default=3e-4)
+    p.add_argument("--train-seconds", type=float, default=480.0, help="stop training after the step that crosses this")
+    p.add_argument("--group-size", type=int, default=16)
+    p.add_argument("--groups-per-step", type=int, default=1)
+    p.add_argument("--learning-rate", type=float, default=5e-4)
     p.add_argument("--lora-r", type=int, default=16)
-    p.add_argument("--max-turn-tokens", type=int, default=40)
+    p.add_argument("--max-turn-tokens", type=int, default=48)
     p.add_argument("--max-turns", type=int, default=4)
     p.add_argument("--lag-steps", type=int, default=4)
     p.add_argument("--lagging-prob", type=float, default=0.25)
@@ -84,6 +91,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--assistant-prefix",
         default="",
         help=f"forced opening of each turn (mask 0), e.g. {TOOL_CALL_OPENING!r} with --no-constrain-tool-calls",
+    )
+    p.add_argument(
+        "--incomplete-reward",
+        type=float,
+        default=0.0,
+        help="reward of an episode that did not end 'completed' (0: correctness only; AgentRL's shaping is -0.2, "
+        "which here taught the model to end episodes fast with wrong answers)",
     )
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (training and evaluation)")
     p.add_argument("--seed", type=int, default=0)
@@ -148,6 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = AgentRLConfig(
         output_dir=str(out / "checkpoints"),
         tasks=a.tasks,
+        task_weights=a.task_weights if a.task_weights is not None else [3.0, 1.0] if a.tasks == ["db", "os"] else [],
         split=a.train_split,
         rollout_mode="async",
         num_engines=2,
@@ -168,6 +183,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lora_r=a.lora_r,
         lora_alpha=2 * a.lora_r,
         beta=a.beta,
+        incomplete_reward=a.incomplete_reward,
         max_steps=a.max_steps,
         logging_steps=1,
         save_strategy="no",

@@ -3,10 +3,12 @@
     python -m agentrl_env_db.make_easy          # writes data/easy.jsonl and data/easy-test.jsonl
 
 Real DB samples (AgentBench's format, the task's tools and scoring) with one small table
-(3 columns, 3 rows): a SELECT-type question whose rows are printed in the question (2/5; commit
-the cell with ``commit_final_answer``, or query first), or an INSERT/DELETE/UPDATE whose SQL
-statement is spelled out (3/5; ``execute_sql`` with it, then ``commit_final_answer``; scored by
-the table hash against the gold SQL ``label[0]`` run on a scratch database). The samples carry
+(3 columns): a SELECT-type lookup in a one-row table that the question prints (4/5; commit the
+asked cell with ``commit_final_answer``, or query first), or, in a three-row table, an
+INSERT/DELETE/UPDATE whose SQL statement is spelled out (1/5; ``execute_sql`` with it, then
+``commit_final_answer``; scored by the table hash against the gold SQL ``label[0]`` run on a
+scratch database). SmolLM2-135M-Instruct under the trainer's tool-call grammar solves a few
+(2/48 of the first ``easy-test`` samples at temperature 0.7; ``benchmarks/base_rate.py``). The samples carry
 ``"prompt": "easy"`` (a short system prompt, :data:`.prompts.EASY_SYSTEM_PROMPT`) and
 ``"max_turns": 3``.
 
@@ -79,17 +81,17 @@ def _sample(rng: random.Random) -> dict[str, Any]:
     columns, pools = THEMES[table]
     keys = rng.sample(pools[0], 4)  # 3 rows + one new key for INSERT
     rows = [[k, rng.choice(pools[1]), rng.choice(pools[2])] for k in keys[:3]]
-    kind = rng.choice(["SELECT", "SELECT", "INSERT", "DELETE", "UPDATE"])
-    if kind == "SELECT":
-        row = rng.choice(rows)
+    kind = rng.choice(["SELECT", "SELECT", "SELECT", "SELECT", rng.choice(["INSERT", "DELETE", "UPDATE"])])
+    if kind == "SELECT":  # a lookup in a one-row table
+        row = rows[0]
         col = rng.choice([1, 2])
-        shown = ", ".join("(" + ", ".join(_q(v) for v in r) + ")" for r in rows)
+        shown = "(" + ", ".join(_q(v) for v in row) + ")"
         sql = f"SELECT {columns[col]} FROM {table} WHERE {columns[0]} = {_q(row[0])}"
         description = (
-            f"The {table} table has the rows ({', '.join(columns)}): {shown}. What is the {columns[col]} of the row "
-            f"whose {columns[0]} is {_q(row[0])}? Commit the answer with commit_final_answer."
+            f"The {table} table has one row ({', '.join(columns)}): {shown}. What is the {columns[col]} of {row[0]}? "
+            "Commit the answer with commit_final_answer."
         )
-        return _sample_dict(description, kind, table, columns, rows, [row[col]], sql)
+        return _sample_dict(description, kind, table, columns, [row], [row[col]], sql)
     if kind == "INSERT":
         new = [keys[3], rng.choice(pools[1]), rng.choice(pools[2])]
         description = f"Insert a new row into the {table} table with {columns[0]} {_q(new[0])}, {columns[1]} {_q(new[1])} and {columns[2]} {_q(new[2])}."
