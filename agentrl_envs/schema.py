@@ -14,6 +14,7 @@ Conventions
 
 from __future__ import annotations
 
+import json
 from enum import Enum
 from typing import Any, Literal
 
@@ -80,6 +81,23 @@ class Message(_Open):
 
 def dump_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json", exclude_none=True) for m in messages]
+
+
+def worked_example(
+    user: str, calls: list[tuple[str, dict[str, Any], str]], *, id_prefix: str = "example"
+) -> list[dict[str, Any]]:
+    """A demonstration exchange to open a conversation with (AgentBench's one-shot style): the
+    ``user`` message, then per ``(tool name, arguments, tool output)`` an assistant turn calling
+    that tool and the tool's reply. Call ids are deterministic (``{id_prefix}_{i}``), so every
+    episode that opens with the same example renders the same prompt head.
+    """
+    messages: list[dict[str, Any]] = [{"role": "user", "content": user}]
+    for i, (name, arguments, output) in enumerate(calls):
+        call_id = f"{id_prefix}_{i}"
+        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+        messages.append({"role": "assistant", "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+    return messages
 
 
 # --------------------------------------------------------------------------- tools

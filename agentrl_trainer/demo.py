@@ -65,13 +65,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         type=float,
         default=None,
-        help="training draw weights, one per task (default: 3 1 for db os, where the base model gets no os reward; else equal)",
+        help="training draw weights, one per task (default: equal)",
     )
     p.add_argument("--train-split", default="easy")
     p.add_argument("--eval-split", default="easy-test")
-    p.add_argument("--eval-samples", type=int, default=32, help="held-out samples per task (one episode each)")
+    p.add_argument("--eval-samples", type=int, default=48, help="held-out samples per task (one episode each)")
     p.add_argument("--max-steps", type=int, default=40)
-    p.add_argument("--train-seconds", type=float, default=450.0, help="stop training after the step that crosses this")
+    p.add_argument("--train-seconds", type=float, default=600.0, help="stop training after the step that crosses this")
     p.add_argument("--group-size", type=int, default=16)
     p.add_argument("--groups-per-step", type=int, default=1)
     p.add_argument("--learning-rate", type=float, default=5e-4)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = AgentRLConfig(
         output_dir=str(out / "checkpoints"),
         tasks=a.tasks,
-        task_weights=a.task_weights if a.task_weights is not None else [3.0, 1.0] if a.tasks == ["db", "os"] else [],
+        task_weights=a.task_weights or [],
         split=a.train_split,
         rollout_mode="async",
         num_engines=2,

@@ -28,11 +28,12 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _tail(episode, engine: LocalEngine) -> str:
-    """The episode after its first user message (what the model wrote and what it was told)."""
+    """The episode from the model's first sampled token on (what it wrote and what it was told)."""
     if episode.trajectory is None or not episode.trajectory.segments:
         return ""
-    text = engine.engine.tokenizer.decode(episode.trajectory.segments[-1].input_ids)
-    return text.split("<|im_start|>assistant", 1)[-1]
+    segment = episode.trajectory.segments[-1]
+    first = next((i for i, m in enumerate(segment.loss_mask) if m), len(segment.input_ids))
+    return engine.engine.tokenizer.decode(segment.input_ids[first:])
 
 
 def main(argv: list[str] | None = None) -> dict:

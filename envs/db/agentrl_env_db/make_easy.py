@@ -7,10 +7,10 @@ Real DB samples (AgentBench's format, the task's tools and scoring) with one sma
 asked cell with ``commit_final_answer``, or query first), or, in a three-row table, an
 INSERT/DELETE/UPDATE whose SQL statement is spelled out (1/5; ``execute_sql`` with it, then
 ``commit_final_answer``; scored by the table hash against the gold SQL ``label[0]`` run on a
-scratch database). SmolLM2-135M-Instruct under the trainer's tool-call grammar solves a few
-(2/48 of the first ``easy-test`` samples at temperature 0.7; ``benchmarks/base_rate.py``). The samples carry
-``"prompt": "easy"`` (a short system prompt, :data:`.prompts.EASY_SYSTEM_PROMPT`) and
-``"max_turns": 3``.
+scratch database). SmolLM2-135M-Instruct under the trainer's tool-call grammar solves about
+a third (18/48 of the first ``easy-test`` samples at temperature 0.7; ``benchmarks/base_rate.py``). The samples
+carry ``"prompt": "easy"`` (a short system prompt and worked examples,
+:func:`.prompts.opening_messages`) and ``"max_turns": 3``.
 
 ``easy`` (train, 200 samples) and ``easy-test`` (held out, 100) are drawn with different seeds
 and share no (table, question) pair.
@@ -85,10 +85,10 @@ def _sample(rng: random.Random) -> dict[str, Any]:
     if kind == "SELECT":  # a lookup in a one-row table
         row = rows[0]
         col = rng.choice([1, 2])
-        shown = "(" + ", ".join(_q(v) for v in row) + ")"
+        shown = ", ".join(f"{c} = {v}" for c, v in zip(columns, row, strict=True))
         sql = f"SELECT {columns[col]} FROM {table} WHERE {columns[0]} = {_q(row[0])}"
         description = (
-            f"The {table} table has one row ({', '.join(columns)}): {shown}. What is the {columns[col]} of {row[0]}? "
+            f"The {table} table has one row: {shown}. What is the {columns[col]} of {row[0]}? "
             "Commit the answer with commit_final_answer."
         )
         return _sample_dict(description, kind, table, columns, [row], [row[col]], sql)

@@ -25,7 +25,7 @@ from agentrl_envs.task import Task, tool
 
 from .backends import Backend, Database, TableSpec
 from .backends.base import count_statements
-from .prompts import system_prompt, user_prompt
+from .prompts import opening_messages
 from .samples import gold_sql, load_file, load_split, query_type, tables_of, validate_sample
 from .scoring import combine_table_hashes, compare_results, hash_from_result, is_mutation
 
@@ -130,7 +130,7 @@ class DBTask(Task):
             raise RuntimeError("the DB task needs its backend: open it with TaskRuntime.open() / open_resources")
         self.db = await self.resources.open_database()
         await self.db.create_tables(self.tables)
-        return [{"role": "system", "content": system_prompt(self.sample)}, {"role": "user", "content": user_prompt(self.sample)}]
+        return opening_messages(self.sample)
 
     async def teardown(self) -> None:
         if self.db is not None:

@@ -8,7 +8,7 @@ import json
 import pytest
 from agentrl_env_db import DBTask
 from agentrl_env_db.make_easy import make_splits
-from agentrl_env_db.prompts import EASY_SYSTEM_PROMPT
+from agentrl_env_db.prompts import EASY_EXAMPLES, EASY_SYSTEM_PROMPT
 from db_helpers import call, replay
 
 from agentrl_envs import TaskRuntime, get_task
@@ -47,6 +47,8 @@ async def test_easy_session_prompt_limit_and_wrong_answers() -> None:
         assert type(episode.task).max_turns == 3 and type(episode.task).tool_definitions() == DBTask.tool_definitions()
         first = await episode.start()
         assert first.messages[0]["content"] == EASY_SYSTEM_PROMPT
+        assert first.messages[1:-1] == EASY_EXAMPLES  # the worked examples, then the question
+        assert first.messages[-1] == {"role": "user", "content": f"Question: {runtime.samples[mutation]['description']}\n"}
         out = await episode.step([call("commit_final_answer", answers=[])])  # nothing changed: wrong
         assert out.finish and out.reward == 0.0
 

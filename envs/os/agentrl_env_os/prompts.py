@@ -23,13 +23,36 @@ def user_prompt(description: str) -> str:
     return f"Now, I will start a new problem in a new OS. My problem is:\n\n{description}"
 
 
-#: System prompt of problems with ``"prompt": "easy"`` (the easy splits): short, with one example
-#: call, so that a small model's prompt stays small; same tools, same judging.
+#: System prompt of problems with ``"prompt": "easy"`` (the easy splits): short, with two worked
+#: examples, so that a small model's prompt stays small; same tools, same judging. The examples
+#: are written into the system prompt: ``benchmarks/base_rate.py --tasks os --n 24``
+#: (SmolLM2-135M, T=0.7, tool-call grammar) solved 5/24 so, 1/24 with the same examples as chat
+#: turns (the model then copied the examples' last call, ``finish_action``, as its first).
 EASY_SYSTEM_PROMPT = """You act in a Linux shell as root. To run bash, call bash_action like this:
 <tool_call>
 {"name": "bash_action", "arguments": {"script": "ls /root"}}
 </tool_call>
-When the task is done, call finish_action; to answer a question, call answer_action."""
+When the task is done, call finish_action; to answer a question, call answer_action.
+
+Example 1. Task: Write the word lemon into the file /root/fruit.txt. To do it, call bash_action with the script "echo lemon > /root/fruit.txt", then call finish_action.
+First turn:
+<tool_call>
+{"name": "bash_action", "arguments": {"script": "echo lemon > /root/fruit.txt"}}
+</tool_call>
+Second turn:
+<tool_call>
+{"name": "finish_action", "arguments": {"thought": "done"}}
+</tool_call>
+
+Example 2. Task: What word is stored in the file /root/color.txt? Call bash_action with the script "cat /root/color.txt", then call answer_action with the word.
+First turn:
+<tool_call>
+{"name": "bash_action", "arguments": {"script": "cat /root/color.txt"}}
+</tool_call>
+The output is "blue". Second turn:
+<tool_call>
+{"name": "answer_action", "arguments": {"answer": "blue"}}
+</tool_call>"""
 
 
 def opening_prompts(sample: dict[str, Any]) -> tuple[str, str]:

@@ -1,0 +1,25 @@
+"""Message builders of the schema module."""
+
+from __future__ import annotations
+
+import json
+
+from agentrl_envs.schema import Message, worked_example
+
+
+def test_worked_example_pairs_each_call_with_its_tool_reply() -> None:
+    messages = worked_example(
+        "Question: what is 2 + 2?",
+        [("execute_sql", {"query": "SELECT 2 + 2"}, "[(4,)]"), ("commit_final_answer", {"answers": ["4"]}, "ok")],
+        id_prefix="ex",
+    )
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert messages[0] == {"role": "user", "content": "Question: what is 2 + 2?"}
+    first, second = messages[1]["tool_calls"][0], messages[3]["tool_calls"][0]
+    assert (first["id"], second["id"]) == ("ex_0", "ex_1")  # deterministic: the same prompt head every episode
+    assert first["function"] == {"name": "execute_sql", "arguments": json.dumps({"query": "SELECT 2 + 2"})}
+    assert messages[2] == {"role": "tool", "tool_call_id": "ex_0", "content": "[(4,)]"}
+    assert messages[4] == {"role": "tool", "tool_call_id": "ex_1", "content": "ok"}
+    parsed = [Message.model_validate(m) for m in messages]  # valid OpenAI chat messages
+    assert parsed[3].tool_calls[0].function.name == "commit_final_answer"
+    assert worked_example("Q", []) == [{"role": "user", "content": "Q"}]
