@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-samples", type=int, default=48, help="held-out samples per task (one episode each)")
     p.add_argument("--max-steps", type=int, default=40)
     p.add_argument("--train-seconds", type=float, default=600.0, help="stop training after the step that crosses this")
-    p.add_argument("--group-size", type=int, default=16)
+    p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--groups-per-step", type=int, default=1)
     p.add_argument("--learning-rate", type=float, default=5e-4)
     p.add_argument("--lora-r", type=int, default=16)
