@@ -7,7 +7,6 @@ per turn, as a model would send them, and the episode must end ``completed`` wit
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from tqdm import tqdm
 
 from .client import AsyncControllerClient
 from .errors import AgentRLEnvsError
+from .schema import function_call
 from .task import Task
 
 
@@ -57,12 +57,7 @@ class CheckReport:
 
 
 def assistant_turn(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    call = {
-        "id": f"call_{uuid.uuid4().hex[:12]}",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(arguments)},
-    }
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
+    return {"role": "assistant", "content": None, "tool_calls": [function_call(f"call_{uuid.uuid4().hex[:12]}", name, arguments)]}
 
 
 async def _check_one(client: AsyncControllerClient, task: str, index: int, solution: list[dict[str, Any]]) -> SampleCheck:

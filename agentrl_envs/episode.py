@@ -25,14 +25,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .errors import DataError, InvalidRequestError, SessionFinishedError, ToolCallError, UnknownSampleError
-from .schema import EnvOutput, Message, SampleIndex, SampleStatus, ToolCall
+from .schema import EnvOutput, Message, SampleIndex, SampleStatus, ToolCall, tool_message
 from .task import Task
 
 log = logging.getLogger(__name__)
-
-
-def tool_message(call_id: str, content: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
 class Episode:

@@ -13,7 +13,6 @@ episode on a worker behind a controller. Both behave identically:
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import gymnasium as gym
@@ -23,7 +22,7 @@ from pydantic import ValidationError
 from .client import ControllerClient
 from .episode import Episode, TaskRuntime
 from .registry import get_task
-from .schema import EnvOutput, Message, SampleStatus
+from .schema import EnvOutput, Message, SampleStatus, function_call
 
 _WORDS = ("select", "table", "name", "count", "value", "id", "list", "42", "true", "x")
 
@@ -89,8 +88,7 @@ class ActionSpace(gym.spaces.Space[dict[str, Any]]):
         props = fn.get("parameters", {}).get("properties", {})
         args = {name: self._value(schema) for name, schema in props.items()}
         call_id = f"call_{int(self.np_random.integers(0, 2**31)):08x}"
-        call = {"id": call_id, "type": "function", "function": {"name": fn["name"], "arguments": json.dumps(args)}}
-        return {"role": "assistant", "content": None, "tool_calls": [call]}
+        return {"role": "assistant", "content": None, "tool_calls": [function_call(call_id, fn["name"], args)]}
 
     @property
     def is_np_flattenable(self) -> bool:

@@ -83,6 +83,16 @@ def dump_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json", exclude_none=True) for m in messages]
 
 
+def function_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One OpenAI tool call (wire form): ``arguments`` serialized to the JSON string."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def tool_message(call_id: str, content: str) -> dict[str, Any]:
+    """The tool's reply to call ``call_id``."""
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
 def worked_example(
     user: str, calls: list[tuple[str, dict[str, Any], str]], *, id_prefix: str = "example"
 ) -> list[dict[str, Any]]:
@@ -94,9 +104,8 @@ def worked_example(
     messages: list[dict[str, Any]] = [{"role": "user", "content": user}]
     for i, (name, arguments, output) in enumerate(calls):
         call_id = f"{id_prefix}_{i}"
-        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-        messages.append({"role": "assistant", "tool_calls": [call]})
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+        messages.append({"role": "assistant", "tool_calls": [function_call(call_id, name, arguments)]})
+        messages.append(tool_message(call_id, output))
     return messages
 
 

@@ -8,9 +8,9 @@ asked cell with ``commit_final_answer``, or query first), or, in a three-row tab
 INSERT/DELETE/UPDATE whose SQL statement is spelled out (1/5; ``execute_sql`` with it, then
 ``commit_final_answer``; scored by the table hash against the gold SQL ``label[0]`` run on a
 scratch database). SmolLM2-135M-Instruct under the trainer's tool-call grammar solves about
-a third (18/48 of the first ``easy-test`` samples at temperature 0.7; ``benchmarks/base_rate.py``). The samples
-carry ``"prompt": "easy"`` (a short system prompt and worked examples,
-:func:`.prompts.opening_messages`) and ``"max_turns": 3``.
+a third (18/48 of the first ``easy-test`` samples at temperature 0.7;
+``benchmarks/base_rate.py``). The samples carry ``"prompt": "easy"`` (a short system prompt and
+worked examples, :func:`.prompts.opening_messages`) and ``"max_turns": 3``.
 
 ``easy`` (train, 200 samples) and ``easy-test`` (held out, 100) are drawn with different seeds
 and share no (table, question) pair.

@@ -4,12 +4,13 @@
 
 Real OS problems (AgentBench's format, the task's tools, sandbox and judging) that a 135M model
 solves about a third of the time (15/48 of the first ``easy-test`` problems at temperature 0.7
-under the trainer's tool-call grammar; ``benchmarks/base_rate.py``): one small file-system change in ``/root`` whose bash command is spelled out
-in the problem (create a file or a directory, write a word into a file, delete a file), judged
-by a ``check`` script, plus problems that ask for the word stored in a file (judged by
-``match``). Two calls: ``bash_action``, then ``finish_action`` (or ``answer_action``). The
-problems carry ``"prompt": "easy"`` (a short system prompt with two worked examples,
-:data:`.prompts.EASY_SYSTEM_PROMPT`, and the bare problem as the user message) and ``"max_turns": 3``.
+under the trainer's tool-call grammar; ``benchmarks/base_rate.py``): one small file-system
+change in ``/root`` whose bash command is spelled out in the problem (create a file or a
+directory, write a word into a file, delete a file), judged by a ``check`` script, plus problems
+that ask for the word stored in a file (judged by ``match``). Two calls: ``bash_action``, then
+``finish_action`` (or ``answer_action``). The problems carry ``"prompt": "easy"`` (a short
+system prompt with two worked examples, :data:`.prompts.EASY_SYSTEM_PROMPT`, and the bare
+problem as the user message) and ``"max_turns": 3``.
 
 ``easy`` (train, 200 problems) and ``easy-test`` (held out, 100) are drawn with different seeds
 and share no description.

@@ -18,14 +18,14 @@ from typing import Any
 
 from agentrl_envs import TaskRuntime
 from agentrl_envs.episode import Episode
+from agentrl_envs.schema import function_call
 
 from .samples import data_dir
 from .task import OSTask
 
 
 def _turn(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-    return {"role": "assistant", "content": "", "tool_calls": [call]}
+    return {"role": "assistant", "content": "", "tool_calls": [function_call("call_0", name, arguments)]}
 
 
 async def _try(runtime: TaskRuntime, index: int) -> list[dict[str, Any]] | None:
