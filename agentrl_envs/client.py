@@ -1,4 +1,4 @@
-"""Client of the controller's client API (AgentRL's protocol, DESIGN.md §2), async and sync.
+"""Client of the controller's client API (AgentRL's protocol, docs/protocol.md), async and sync.
 
 Errors map onto :mod:`agentrl_envs.errors`: a refused connection or a 5xx is an
 :class:`~agentrl_envs.errors.InfrastructureError` (retry it), a 4xx about a session a

@@ -2,7 +2,7 @@
 
 Everything that crosses a process boundary in agentrl-envs (client ↔ controller ↔ worker, the
 built-in model server, the trainer) is one of these pydantic models. The wire protocol is
-AgentRL's (see DESIGN.md §2); field names and shapes must not change.
+AgentRL's (see docs/protocol.md); field names and shapes must not change.
 
 Conventions
 -----------

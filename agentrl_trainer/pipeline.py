@@ -1,6 +1,6 @@
 """The rollout pipeline: episodes stream from engines into a bounded buffer of complete groups.
 
-Two modes over the same machinery (DESIGN.md §1):
+Two modes over the same machinery (docs/architecture.md, "agentrl-trainer"):
 
 * **async** (AgentRL): rollout coroutines run all the time on their own event-loop thread,
   concurrently with training. Finished episodes go into a :class:`GroupBuffer`, which releases a

@@ -1,6 +1,6 @@
 """The controller's service layer: worker registry, dispatch and session routing.
 
-Contract (AgentRL's controller, DESIGN.md §2):
+Contract (AgentRL's controller, docs/protocol.md "Worker → controller: the heartbeat"):
 
 * a worker registers with its first heartbeat and stays *live* while it beats at least every
   ``heartbeat_timeout`` (11 s); only live, non-stale workers get new sessions, and of those the

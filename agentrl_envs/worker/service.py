@@ -1,6 +1,6 @@
 """The worker's service layer: sessions of one task, independent of HTTP.
 
-Contract (AgentRL's worker protocol, DESIGN.md §2):
+Contract (AgentRL's worker protocol, docs/protocol.md "Controller → worker"):
 
 * at most ``concurrency`` live sessions; one more → :class:`CapacityError` (HTTP 406);
 * one step at a time per session; a second concurrent one → :class:`SessionBusyError`;
