@@ -1,23 +1,28 @@
-"""``agentrl-envs check``: replay every sample's reference solution through controller and worker.
+"""``agentrl-envs check``: play every sample's reference policy through controller and worker.
 
-This is how a task proves its rewards are right: each sample's reference tool calls are sent one
-per turn, as a model would send them, and the episode must end ``completed`` with reward 1.
+This is how a task proves its rewards are right: each sample's reference policy
+(:meth:`Task.reference_policy`) plays the episode as a model would, through the one agent loop
+(:func:`agentrl_envs.agent.run_episode`), seeing every observation, and the episode must end
+``completed`` with reward 1.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from .agent import MaxTurns, Transcript, run_episode
 from .client import AsyncControllerClient
 from .errors import AgentRLEnvsError
-from .schema import function_call
+from .policy import as_policy
 from .task import Task
+
+#: A reference policy that never ends its episode is stopped after this many turns.
+MAX_REFERENCE_TURNS = 200
 
 
 @dataclass
@@ -56,29 +61,12 @@ class CheckReport:
         }
 
 
-def assistant_turn(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [function_call(f"call_{uuid.uuid4().hex[:12]}", name, arguments)]}
-
-
-async def _check_one(client: AsyncControllerClient, task: str, index: int, solution: list[dict[str, Any]]) -> SampleCheck:
-    try:
-        sid, first = await client.start_sample(task, index)
-        if first.finish:
-            return SampleCheck(index, False, first.status.value, first.reward, 0, "episode ended at start")
-        turns, out = 0, None
-        for call in solution:
-            out = await client.interact(sid, [assistant_turn(call["name"], call.get("arguments", {}))])
-            turns += 1
-            if out.finish:
-                break
-        if out is None or not out.finish:
-            await client.cancel(sid)
-            return SampleCheck(index, False, "running", 0.0, turns, "reference solution did not end the episode")
-        solved = out.status.value == "completed" and out.reward >= 1.0
-        error = None if solved else str(out.metrics.get("error") or [m.get("content") for m in out.messages][-1:])
-        return SampleCheck(index, solved, out.status.value, out.reward, turns, error)
-    except AgentRLEnvsError as e:
-        return SampleCheck(index, False, "error", 0.0, 0, e.message)
+def _result(index: int, t: Transcript) -> SampleCheck:
+    error = t.error
+    if not t.solved and error is None:
+        last = [m.get("content") for m in t.messages if m.get("role") != "assistant"][-1:]
+        error = str(t.metrics.get("error") or last)
+    return SampleCheck(index, t.solved, t.status.value, t.reward, t.turns, None if t.solved else error)
 
 
 async def check_task(
@@ -97,18 +85,31 @@ async def check_task(
             raise AgentRLEnvsError(
                 f"the worker serves {len(indices)} samples of {task_cls.name!r}, this checker loaded {len(samples)}: same split/data?"
             )
-        solutions = {i: task_cls.reference_solution(sample) for i, sample in enumerate(samples)}
-        checked = [i for i, solution in solutions.items() if solution is not None]
+        has_reference = [task_cls.reference_policy(sample) is not None for sample in samples]
+        checked = [i for i, known in enumerate(has_reference) if known]
+        missing = [i for i, known in enumerate(has_reference) if not known]
         gate = asyncio.Semaphore(concurrency)
         bar = tqdm(total=len(checked), desc=f"check {task_cls.name}", disable=not progress, unit="sample")
+        solved = 0
 
         async def run(i: int) -> SampleCheck:
+            nonlocal solved
+            reference = task_cls.reference_policy(samples[i])  # a fresh policy per episode
+            assert reference is not None
             async with gate:
-                result = await _check_one(client, task_cls.name, i, solutions[i] or [])
-                bar.update(1)
-                return result
+                t = await run_episode(
+                    client,
+                    task_cls.name,
+                    indices[i],
+                    as_policy(reference),
+                    stops=[MaxTurns(MAX_REFERENCE_TURNS)],
+                    start_timeout=60.0,
+                )
+            solved += t.solved
+            bar.update(1)
+            bar.set_postfix(solved=solved, refresh=False)
+            return _result(i, t)
 
         results = await asyncio.gather(*(run(i) for i in checked))
         bar.close()
-    missing = [i for i, solution in solutions.items() if solution is None]
     return CheckReport(task_cls.name, len(results), sum(r.solved for r in results), list(results), missing)

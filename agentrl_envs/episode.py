@@ -10,7 +10,7 @@ Who is at fault decides what happens (see :mod:`agentrl_envs.errors`):
   model can read; the round counts; the episode goes on;
 * the task raises anything else → the episode ends with status ``task error`` (never scored as
   the model's failure);
-* ``max_turns`` rounds without the task finishing → ``task limit reached``, reward 0
+* ``task.turn_limit`` rounds (the session's own limit) without the task finishing → ``task limit reached``, reward 0
   (gymnasium: *truncated*).
 """
 
@@ -91,7 +91,7 @@ class Episode:
             new.append(tool_message(call.id, content))
             if self.finished:
                 break
-        if not self.finished and self.turns >= type(self.task).max_turns:
+        if not self.finished and self.turns >= self.task.turn_limit:
             self.task.finish(0.0, status=SampleStatus.TASK_LIMIT_REACHED)
         if self.finished:
             await self.close()

@@ -2,14 +2,16 @@
 
 AgentRLEnvsError
 ├── ModelError                 the model's action was bad; answered to the model, scored
-│   └── ToolCallError          bad tool call: invalid JSON, unknown tool, wrong arguments
+│   ├── ToolCallError          bad tool call: invalid JSON, unknown tool, wrong arguments
+│   └── ContextLimitError      the conversation no longer fits the model ("agent context limit")
 ├── TaskError                  the task itself failed (bug, broken data); status "task error"
 │   └── DataError              a split or data file is missing or malformed
 ├── InfrastructureError        the transport failed; retried or dropped, never scored 0
 │   ├── CapacityError          the worker is full (HTTP 406), carries active/max sessions
 │   ├── NoWorkerError          no live worker serves the task (HTTP 503)
 │   ├── WorkerUnreachableError the worker died or cannot be reached
-│   └── ControllerError        a controller request failed (carries status code and body)
+│   ├── ControllerError        a controller request failed (carries status code and body)
+│   └── ModelServerError       the model (policy) server failed or answered nothing usable
 └── SessionError               the client misused the API (HTTP 4xx)
     ├── InvalidRequestError    a body that is not what the endpoint takes (HTTP 422)
     ├── UnknownSampleError     no such sample index in the task
@@ -42,6 +44,12 @@ class ModelError(AgentRLEnvsError):
 
 class ToolCallError(ModelError):
     code = "tool_call_error"
+
+
+class ContextLimitError(ModelError):
+    """Raised by a policy whose prompt no longer fits its model: the episode ends ``agent context limit``."""
+
+    code = "agent_context_limit"
 
 
 class TaskError(AgentRLEnvsError):
@@ -84,6 +92,12 @@ class ControllerError(InfrastructureError):
         super().__init__(message, status_code=status_code, body=body)
         self.status_code = status_code
         self.body = body
+
+
+class ModelServerError(InfrastructureError):
+    """The policy's model server failed (an API error, no choices): retry, never score."""
+
+    code = "model_server_error"
 
 
 class SessionError(AgentRLEnvsError):

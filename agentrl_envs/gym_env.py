@@ -1,13 +1,18 @@
 """Every task as a ``gymnasium.Env`` whose actions are assistant messages with tool calls.
 
 ``make("db", split="dev")`` runs the task in-process; ``make("db", controller=URL)`` runs the same
-episode on a worker behind a controller. Both behave identically:
+episode on a worker behind a controller. Both are the one agent loop's client-side session
+(:class:`agentrl_envs.agent.AgentSession`) over another transport, so they behave identically:
 
 * ``reset(seed=None, options={"index": i})`` → ``({"messages": opening, "tools": tools}, info)``;
   without an index the sample is drawn with the env's seeded RNG;
 * ``step(assistant_message)`` → ``({"messages": new, "tools": tools}, reward, terminated,
   truncated, info)`` where *truncated* means the task's turn limit ended the episode and
-  ``info`` holds ``status`` and ``metrics``.
+  ``info`` holds ``status``, ``metrics`` and, once the episode ended, its ``outcome``
+  (``solved``, ``failed``, ``task limit`` or ``infrastructure failure``).
+
+``import agentrl_envs`` registers every installed task as ``agentrl/<task>-v0``, so
+``gymnasium.make("agentrl/db-v0")`` works as for any other env.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 from pydantic import ValidationError
 
-from .client import ControllerClient
-from .episode import Episode, TaskRuntime
+from .agent import AgentSession, InProcessSessions, Sessions
+from .client import AsyncControllerClient
+from .episode import TaskRuntime
 from .registry import get_task
-from .schema import EnvOutput, Message, SampleStatus, function_call
+from .schema import Message, SampleStatus, function_call
 
 _WORDS = ("select", "table", "name", "count", "value", "id", "list", "42", "true", "x")
 
@@ -112,23 +118,22 @@ class AgentEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.task = task
         self.render_mode = render_mode
-        self._transcript: list[dict[str, Any]] = []
-        self._episode: Episode | None = None
-        self._session_id: int | None = None
-        self._done = True
-        self._client: ControllerClient | None = None
+        self._session: AgentSession | None = None
         self._runtime: TaskRuntime | None = None
-        self._loop: asyncio.Runner | None = None
+        self._loop = asyncio.Runner()
+        self._sessions: Sessions
         if controller:
-            self._client = ControllerClient(controller)
-            self._indices = list(self._client.get_indices(task))
+            self._client: AsyncControllerClient | None = AsyncControllerClient(controller)
+            self._sessions = self._client
+            self._indices = list(self._loop.run(self._client.get_indices(task)))
             tools: list[dict[str, Any]] = []
         else:
+            self._client = None
             cls = get_task(task)
             split = split if split or data else (cls.splits[0] if cls.splits else None)
             self._runtime = TaskRuntime(cls, split=split, data=data, config=options)
-            self._loop = asyncio.Runner()
             self._loop.run(self._runtime.open())
+            self._sessions = InProcessSessions(self._runtime)
             self._indices = self._runtime.indices
             tools = cls.tool_definitions()
         self.observation_space = ObservationSpace()
@@ -139,12 +144,9 @@ class AgentEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         return self.action_space.tools
 
     def _end_session(self) -> None:
-        if self._episode is not None and not self._episode.closed:
-            assert self._loop is not None
-            self._loop.run(self._episode.close())
-        if self._client is not None and self._session_id is not None and not self._done:
-            self._client.cancel(self._session_id)
-        self._episode, self._session_id, self._done = None, None, True
+        if self._session is not None:
+            self._loop.run(self._session.close())
+            self._session = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
@@ -153,55 +155,50 @@ class AgentEnv(gym.Env[dict[str, Any], dict[str, Any]]):
             index = options["index"]
         else:
             index = self._indices[int(self.np_random.integers(0, len(self._indices)))]
-        if self._client is not None:
-            self._session_id, first = self._client.start_sample(self.task, index)
-            messages, tools, finished = first.messages, first.tools, first.finish
-        else:
-            assert self._runtime is not None and self._loop is not None
-            self._episode = self._runtime.episode(index)
-            out = self._loop.run(self._episode.start())
-            messages, tools, finished = out.messages, out.tools or [], out.finish
-        self.action_space.tools[:] = tools
-        self._done = finished
-        self._transcript = list(messages)
-        info = {"index": index, "session_id": self._session_id}
-        return {"messages": list(messages), "tools": list(tools)}, info
+        self._session = AgentSession(self._sessions, self.task, index)
+        t = self._loop.run(self._session.start())
+        if self._session.failure is not None:  # the start itself failed: say why, as the transport did
+            failure, self._session = self._session.failure, None
+            raise failure
+        self.action_space.tools[:] = t.tools
+        info = {"index": index, "session_id": t.session_id}
+        return {"messages": list(t.messages), "tools": list(t.tools)}, info
 
     def step(self, action: dict[str, Any] | Message) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        if self._done:
+        if self._session is None or self._session.done:
             raise ResetNeeded("the episode has ended (or never started): call reset() first")
-        message = action.model_dump(mode="json", exclude_none=True) if isinstance(action, Message) else action
-        if self._client is not None and self._session_id is not None:
-            r = self._client.interact(self._session_id, [message])
-            out = EnvOutput(messages=r.messages, status=r.status, finish=r.finish, reward=r.reward, metric=r.metrics)
-        else:
-            assert self._episode is not None and self._loop is not None
-            out = self._loop.run(self._episode.step([message]))
-        self._done = out.finish
-        self._transcript += [message, *out.messages]
-        truncated = out.status == SampleStatus.TASK_LIMIT_REACHED
-        terminated = out.finish and not truncated
-        info = {"status": out.status.value, "metrics": out.metric}
-        return {"messages": list(out.messages), "tools": list(self.tools)}, float(out.reward), terminated, truncated, info
+        new = self._loop.run(self._session.act(action))
+        t = self._session.transcript
+        truncated = t.status == SampleStatus.TASK_LIMIT_REACHED
+        terminated = t.finished and not truncated
+        info: dict[str, Any] = {"status": t.status.value, "metrics": dict(t.metrics)}
+        if t.outcome is not None:
+            info["outcome"] = t.outcome.value
+            if t.error:
+                info["error"] = t.error
+        return {"messages": new, "tools": list(self.tools)}, float(t.reward), terminated, truncated, info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
         lines = []
-        for m in self._transcript:
+        for m in self._session.transcript.messages if self._session is not None else []:
             calls = " ".join(f"{c['function']['name']}({c['function']['arguments']})" for c in m.get("tool_calls") or [])
             lines.append(f"[{m['role']}] {m.get('content') or ''}{(' ' + calls) if calls else ''}")
         return "\n".join(lines)
 
     def close(self) -> None:
+        if self._loop is None:
+            return
         self._end_session()
-        if self._runtime is not None and self._loop is not None:
+        if self._runtime is not None:
             self._loop.run(self._runtime.close())
-            self._loop.close()
-            self._runtime, self._loop = None, None
+            self._runtime = None
         if self._client is not None:
-            self._client.close()
+            self._loop.run(self._client.aclose())
             self._client = None
+        self._loop.close()
+        self._loop = None  # type: ignore[assignment]
         super().close()
 
 

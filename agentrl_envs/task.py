@@ -4,7 +4,7 @@ Example::
 
     class Echo(Task):
         name = "echo"
-        max_turns = 3
+        max_turns = 3          # the default round limit; a sample's "max_turns" overrides it
         splits = ("dev",)
 
         @classmethod
@@ -32,21 +32,34 @@ Plain ``def`` tools run in a worker thread, ``async def`` tools on the event loo
 One instance serves one session: ``__init__`` gets the sample, the task's config and the
 per-worker shared resources (``open_resources``), ``setup`` returns the opening messages,
 ``teardown`` releases what the session holds. A tool ends the episode with :meth:`Task.finish`.
+
+Episode settings are read per session, never from run-time subclasses: the round limit
+(``self.turn_limit``) is the config's ``max_turns`` if the task's ``Config`` declares one and
+the operator set it, else the sample's ``max_turns`` (a split's generator writes it into its
+samples), else the class default ``max_turns``.
+
+A task proves its rewards with a *reference policy* (:meth:`Task.reference_policy`): given the
+conversation so far it returns the next assistant message (see :mod:`agentrl_envs.policy`), so
+it can read what the tools answered. A plain list of calls is the trivial policy.
+``agentrl-envs check`` plays it through the controller and a worker and expects reward 1.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from .errors import ToolCallError
+from .errors import DataError, ToolCallError
 from .schema import SampleStatus
+
+if TYPE_CHECKING:
+    from .policy import Policy
 
 _TOOL_MARK = "__agentrl_tool__"
 
@@ -138,7 +151,8 @@ class Task:
 
     #: Registry name, e.g. ``"db"``.
     name: ClassVar[str] = ""
-    #: Rounds (assistant messages) before the episode is truncated with "task limit reached".
+    #: Default rounds (assistant messages) before the episode is truncated with "task limit
+    #: reached"; a session's own limit is ``self.turn_limit`` (see :meth:`resolve_turn_limit`).
     max_turns: ClassVar[int] = 10
     #: The named splits this task ships; any other data comes through ``data=PATH``.
     splits: ClassVar[tuple[str, ...]] = ()
@@ -172,13 +186,25 @@ class Task:
         return custom_task
 
     @classmethod
-    def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """The tool calls that solve ``sample``: ``[{"name": ..., "arguments": {...}}, ...]``,
-        or ``None`` when no solution is known for this sample.
+    def reference_policy(cls, sample: dict[str, Any]) -> Policy | Sequence[dict[str, Any]] | None:
+        """How to solve ``sample``: a fresh :class:`~agentrl_envs.policy.Policy` (it sees every
+        observation), or the tool calls ``[{"name": ..., "arguments": {...}}, ...]`` to send one
+        per turn, or ``None`` when no solution is known for this sample.
 
-        ``agentrl-envs check`` replays them one per turn and expects reward 1; samples without
-        one are reported apart, never counted as solved or failed."""
-        raise NotImplementedError(f"task {cls.name!r} has no reference solutions")
+        ``agentrl-envs check`` plays it and expects reward 1; samples without one are reported
+        apart, never counted as solved or failed. The default: no reference for any sample."""
+        return None
+
+    @classmethod
+    def resolve_turn_limit(cls, sample: dict[str, Any], config: BaseModel) -> int:
+        """The round limit of a session: the config's ``max_turns``, else the sample's, else the class's."""
+        for where, value in (("config", getattr(config, "max_turns", None)), ("sample", sample.get("max_turns"))):
+            if value is None:
+                continue
+            if type(value) is not int or value < 1:
+                raise DataError(f"task {cls.name!r}: the {where}'s max_turns must be a positive integer, got {value!r}")
+            return value
+        return cls.max_turns
 
     @classmethod
     async def open_resources(cls, config: BaseModel) -> Any:
@@ -208,6 +234,7 @@ class Task:
         self.sample = sample
         self.config = config if config is not None else self.Config()
         self.resources = resources
+        self.turn_limit = self.resolve_turn_limit(sample, self.config)
         self.done = False
         self.reward = 0.0
         self.status = SampleStatus.RUNNING

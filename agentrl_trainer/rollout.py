@@ -1,8 +1,9 @@
 """One multi-turn episode through the controller, token in / token out.
 
-``run_episode`` is the multi-turn loop of the trainer, written once: start a session, then per
-turn render → sample from an engine (chosen per turn, so lagging and current engines can share
-one trajectory) → parse the tool calls → ``interact``, until the environment ends the episode.
+The loop itself is the SDK's one agent loop (:func:`agentrl_envs.agent.run_episode`); what the
+trainer adds is a policy, :class:`TokenPolicy`: per turn it renders the held tokens plus the
+template's tail (``trajectory.py``), samples from an engine chosen per turn (so lagging and
+current engines can share one trajectory), records ids and logprobs, and parses the tool calls.
 
 Who is at fault decides what happens to a failure (see ``agentrl_envs.errors``): the model's
 mistakes (invalid tool call, turn limit, context limit) are scored; anything the infrastructure
@@ -12,24 +13,19 @@ did (controller or worker unreachable, ``task error``, ``cancelled``) marks the 
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
-
+from agentrl_envs import agent
 from agentrl_envs.client import AsyncControllerClient
-from agentrl_envs.errors import AgentRLEnvsError
+from agentrl_envs.errors import ContextLimitError
 from agentrl_envs.models.toolcalls import parse_completion
 from agentrl_envs.schema import Message, SampleIndex, SampleStatus, ToolDefinition
 
 from .trajectory import TokenTrajectory
 
-__all__ = ["EngineChoice", "Episode", "EpisodeSpec", "RolloutEngine", "RolloutSettings", "run_episode"]
-
-log = logging.getLogger(__name__)
+__all__ = ["EngineChoice", "Episode", "EpisodeSpec", "RolloutEngine", "RolloutSettings", "TokenPolicy", "run_episode"]
 
 
 class RolloutEngine(Protocol):
@@ -93,6 +89,51 @@ class Episode:
         return len(self.trajectory.turns) if self.trajectory else 0
 
 
+class TokenPolicy:
+    """The trainer's engines as a policy of the agent loop; ``trajectory`` holds what they sampled.
+
+    ``pick_engine(turn)`` returns the engine for that turn. A prompt with no room left for one
+    token raises :class:`ContextLimitError` (``agent context limit``, scored); an engine's own
+    failure propagates.
+    """
+
+    def __init__(
+        self, pick_engine: Callable[[int], EngineChoice], tokenizer: Any, stop_token_ids: list[int], settings: RolloutSettings
+    ) -> None:
+        self.pick_engine = pick_engine
+        self.tokenizer = tokenizer
+        self.stop_token_ids = stop_token_ids
+        self.settings = settings
+        self.trajectory: TokenTrajectory | None = None
+        self._tools: list[ToolDefinition] = []
+
+    async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        s = self.settings
+        if self.trajectory is None:
+            self._tools = [ToolDefinition.model_validate(t) for t in tools]
+            self.trajectory = TokenTrajectory(self.tokenizer, self._tools, self.stop_token_ids, s.assistant_prefix)
+        traj = self.trajectory
+        history = [Message.model_validate(m) for m in messages]
+        prompt = traj.next_prompt(history)
+        room = s.max_context - len(prompt)
+        if room < 1:
+            raise ContextLimitError(f"the prompt has {len(prompt)} tokens, the context {s.max_context}")
+        choice = self.pick_engine(len(traj.turns))
+        ids, logprobs = await choice.engine.generate(
+            prompt, min(s.max_tokens, room), s.temperature, s.top_p, tools=self._tools if s.constrain_tool_calls else None
+        )
+        assistant = parse_completion(traj.completion_text(ids), [t.function.name for t in self._tools]).to_message()
+        traj.add_completion(
+            ids,
+            logprobs,
+            n_messages=len(history) + 1,
+            engine=choice.engine_id,
+            version=choice.engine.version,
+            lagging=choice.lagging,
+        )
+        return assistant.model_dump(mode="json", exclude_none=True)
+
+
 async def run_episode(
     client: AsyncControllerClient,
     spec: EpisodeSpec,
@@ -101,78 +142,21 @@ async def run_episode(
     stop_token_ids: list[int],
     settings: RolloutSettings,
 ) -> Episode:
-    """Play one episode; never raises for environment or infrastructure failures.
-
-    ``pick_engine(turn)`` returns the engine for that turn. Controller, worker and network
-    errors end the episode as an infrastructure failure; anything else (a bug, an engine that
-    failed) propagates.
-    """
-    started = time.monotonic()
-    session_id: int | None = None
-    traj: TokenTrajectory | None = None
-    try:
-        session_id, first = await client.start_sample_when_free(
-            spec.task, spec.index, timeout=settings.start_timeout, delay=lambda n: min(0.05 * 2**n, 1.0)
-        )
-        messages = [Message.model_validate(m) for m in first.messages]
-        tools = [ToolDefinition.model_validate(t) for t in first.tools]
-        tool_names = [t.function.name for t in tools]
-        traj = TokenTrajectory(tokenizer, tools, stop_token_ids, settings.assistant_prefix)
-        finished, status, reward, metrics = first.finish, first.status, first.reward, dict(first.metrics)
-        while not finished:
-            if len(traj.turns) >= settings.max_turns:
-                status, reward = SampleStatus.TASK_LIMIT_REACHED, 0.0
-                break
-            prompt = traj.next_prompt(messages)
-            room = settings.max_context - len(prompt)
-            if room < 1:
-                status, reward = SampleStatus.AGENT_CONTEXT_LIMIT, 0.0
-                break
-            choice = pick_engine(len(traj.turns))
-            ids, logprobs = await choice.engine.generate(
-                prompt,
-                min(settings.max_tokens, room),
-                settings.temperature,
-                settings.top_p,
-                tools=tools if settings.constrain_tool_calls else None,
-            )
-            assistant = parse_completion(traj.completion_text(ids), tool_names).to_message()
-            messages.append(assistant)
-            traj.add_completion(
-                ids,
-                logprobs,
-                n_messages=len(messages),
-                engine=choice.engine_id,
-                version=choice.engine.version,
-                lagging=choice.lagging,
-            )
-            out = await client.interact(session_id, [assistant])
-            messages.extend(Message.model_validate(m) for m in out.messages)
-            finished, status, reward, metrics = out.finish, out.status, out.reward, dict(out.metrics)
-        if finished:
-            session_id = None  # the controller closed it
-        infra = status.is_infrastructure_failure
-        return Episode(
-            spec,
-            status.value,
-            float(reward),
-            infra,
-            traj,
-            error=metrics.get("error") if infra else None,
-            seconds=time.monotonic() - started,
-            metrics=metrics,
-        )
-    except (AgentRLEnvsError, httpx.HTTPError, OSError) as e:
-        log.warning("%s #%s: infrastructure failure: %s: %s", spec.task, spec.index, type(e).__name__, e)
-        return Episode(
-            spec,
-            SampleStatus.UNKNOWN.value,
-            0.0,
-            True,
-            traj,
-            error=f"{type(e).__name__}: {e}",
-            seconds=time.monotonic() - started,
-        )
-    finally:
-        if session_id is not None:
-            await client.cancel_quietly(session_id)
+    """Play one episode with a :class:`TokenPolicy`; never raises for environment or
+    infrastructure failures (controller, worker and network errors end the episode as an
+    infrastructure failure); anything else (a bug, an engine that failed) propagates."""
+    policy = TokenPolicy(pick_engine, tokenizer, stop_token_ids, settings)
+    t = await agent.run_episode(
+        client, spec.task, spec.index, policy, stops=[agent.MaxTurns(settings.max_turns)], start_timeout=settings.start_timeout
+    )
+    infra = t.outcome is agent.Outcome.INFRA_FAILURE
+    return Episode(
+        spec,
+        t.status.value,
+        t.reward,
+        infra,
+        policy.trajectory,
+        error=t.error if infra else None,
+        seconds=t.seconds,
+        metrics=t.metrics,
+    )

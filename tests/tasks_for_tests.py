@@ -23,7 +23,7 @@ class Calc(Task):
         return [{"a": 2, "b": 3}, {"a": 10, "b": -4}]
 
     @classmethod
-    def reference_solution(cls, sample):
+    def reference_policy(cls, sample):
         return [{"name": "answer", "arguments": {"value": sample["a"] + sample["b"]}}]
 
     async def setup(self):

@@ -59,9 +59,9 @@ def test_unknown_task_and_option_are_clear_errors(capsys):
 def test_samples_without_a_reference_are_reported_apart(capsys, monkeypatch):
     from agentrl_envs.tasks.echo import EchoTask
 
-    original = EchoTask.reference_solution.__func__
+    original = EchoTask.reference_policy.__func__
     monkeypatch.setattr(
-        EchoTask, "reference_solution", classmethod(lambda cls, s: None if s["word"] == "river" else original(cls, s))
+        EchoTask, "reference_policy", classmethod(lambda cls, s: None if s["word"] == "river" else original(cls, s))
     )
     code, report = check(capsys, "echo")
     # The worker is another process (unpatched); this process decides what is replayed.

@@ -3,14 +3,14 @@
 Contract of :func:`evaluate`:
 
 * one coroutine per episode, at most ``config.concurrency`` in flight over all tasks;
-* an episode is ``start_sample`` → { model call with native ``tools`` → ``interact`` } until the
+* an episode is the one agent loop (:func:`agentrl_envs.agent.run_episode`) with a
+  :class:`ChatPolicy`: one chat-completions call with native ``tools`` per turn, until the
   controller says ``finish`` (or the client-side ``max_turns`` cap truncates it);
-* who is at fault decides the outcome (see :mod:`agentrl_envs.errors`): an
-  :class:`~agentrl_envs.errors.InfrastructureError`, a session error, a model-API error
-  (``openai.APIError``) or an episode that ends ``task error`` / ``cancelled`` restarts the episode
-  from scratch, up to ``max_retries`` times; if it still fails the episode is kept with
-  ``infra_error`` set and is never scored. A full worker (HTTP 406) is waited out with back-off
-  for up to ``capacity_timeout`` seconds without using up a retry;
+* who is at fault decides the outcome (see :mod:`agentrl_envs.errors`): an episode whose
+  outcome is an infrastructure failure (controller, worker or network error, a model-API error,
+  ``task error`` / ``cancelled``) restarts from scratch, up to ``max_retries`` times; if it still
+  fails the episode is kept with ``infra_error`` set and is never scored. A full worker (HTTP
+  406) is waited out with back-off for up to ``capacity_timeout`` seconds without using up a retry;
 * a model prompt that exceeds the model's context is the model's failure: status
   ``agent context limit``, reward 0 (AgentRL does the same);
 * ``success`` is ``reward >= 1.0`` (AgentBench counts a sample solved when its reward is 1).
@@ -29,8 +29,9 @@ from typing import Any
 import openai
 from tqdm.auto import tqdm
 
+from ..agent import MaxTurns, Outcome, run_episode
 from ..client import AsyncControllerClient
-from ..errors import InfrastructureError, SessionError
+from ..errors import ContextLimitError, InfrastructureError, ModelServerError
 from ..schema import SampleIndex, SampleStatus
 from .config import EvalConfig
 
@@ -112,6 +113,39 @@ def _is_context_error(exc: openai.APIError) -> bool:
     return any(hint in text for hint in _CONTEXT_HINTS)
 
 
+class ChatPolicy:
+    """A model behind an OpenAI-compatible API as a policy: one chat-completions call per turn."""
+
+    def __init__(self, oai: openai.AsyncOpenAI, model: str, config: EvalConfig) -> None:
+        self.oai = oai
+        self.model = model
+        self.config = config
+
+    def request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+        }
+        if tools:
+            request["tools"] = tools
+        if self.config.seed is not None:
+            request["seed"] = self.config.seed
+        return request
+
+    async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        try:
+            completion = await self.oai.chat.completions.create(**self.request(messages, tools))
+        except openai.APIError as e:
+            if _is_context_error(e):
+                raise ContextLimitError(f"{type(e).__name__}: {e}") from e
+            raise ModelServerError(f"model API: {type(e).__name__}: {e}") from e
+        if not completion.choices:
+            raise ModelServerError("model API returned no choices")
+        return assistant_message(completion.choices[0].message)
+
+
 class _Evaluator:
     def __init__(self, config: EvalConfig, model: str, oai: openai.AsyncOpenAI, controller: AsyncControllerClient) -> None:
         self.config = config
@@ -140,61 +174,28 @@ class _Evaluator:
 
     async def _attempt(self, task: str, index: SampleIndex) -> EpisodeResult:
         """Run one episode once; raise :class:`_Retry` when the failure is not the model's."""
-        ep = EpisodeResult(task=task, index=index, status=SampleStatus.RUNNING.value)
-        session_id: int | None = None
-        try:
-            session_id, first = await self.controller.start_sample_when_free(
-                task, index, timeout=self.config.capacity_timeout, delay=lambda n: self._delay(min(n, 4))
-            )
-            ep.tools, ep.messages = list(first.tools), list(first.messages)
-            finished, status, reward, metrics = first.finish, first.status, first.reward, first.metrics
-            while not finished:
-                if self.config.max_turns is not None and ep.turns >= self.config.max_turns:
-                    await self.controller.cancel_quietly(session_id)
-                    ep.status, ep.reward = SampleStatus.TASK_LIMIT_REACHED.value, 0.0
-                    ep.metrics["truncated_by_client"] = True
-                    return ep
-                try:
-                    completion = await self.oai.chat.completions.create(**self._request(ep))
-                except openai.APIError as e:
-                    if _is_context_error(e):
-                        await self.controller.cancel_quietly(session_id)
-                        ep.status, ep.reward = SampleStatus.AGENT_CONTEXT_LIMIT.value, 0.0
-                        return ep
-                    raise
-                if not completion.choices:
-                    raise _Retry("model API returned no choices", ep)
-                assistant = assistant_message(completion.choices[0].message)
-                ep.messages.append(assistant)
-                ep.turns += 1
-                out = await self.controller.interact(session_id, [assistant])
-                ep.messages.extend(out.messages)
-                finished, status, reward, metrics = out.finish, out.status, out.reward, out.metrics
-            session_id = None  # the controller closed it
-            ep.status, ep.reward, ep.metrics = status.value, float(reward), dict(metrics)
-            if status.is_infrastructure_failure:
-                raise _Retry(f"episode ended with status {status.value!r}: {metrics.get('error', '')}".rstrip(": "), ep)
-            return ep
-        except (InfrastructureError, SessionError) as e:
-            raise _Retry(f"{type(e).__name__}: {e}", ep) from e
-        except openai.APIError as e:
-            raise _Retry(f"model API: {type(e).__name__}: {e}", ep) from e
-        finally:
-            if session_id is not None and ep.status == SampleStatus.RUNNING.value:
-                await self.controller.cancel_quietly(session_id)
-
-    def _request(self, ep: EpisodeResult) -> dict[str, Any]:
-        request: dict[str, Any] = {
-            "model": self.model,
-            "messages": ep.messages,
-            "temperature": self.config.temperature,
-            "max_tokens": self.config.max_tokens,
-        }
-        if ep.tools:
-            request["tools"] = ep.tools
-        if self.config.seed is not None:
-            request["seed"] = self.config.seed
-        return request
+        t = await run_episode(
+            self.controller,
+            task,
+            index,
+            ChatPolicy(self.oai, self.model, self.config),
+            stops=[MaxTurns(self.config.max_turns)] if self.config.max_turns is not None else [],
+            start_timeout=self.config.capacity_timeout,
+            start_delay=lambda n: self._delay(min(n, 4)),
+        )
+        ep = EpisodeResult(
+            task=task,
+            index=index,
+            status=t.status.value,
+            reward=t.reward,
+            turns=t.turns,
+            messages=t.messages,
+            tools=t.tools,
+            metrics=t.metrics,
+        )
+        if t.outcome is Outcome.INFRA_FAILURE:
+            raise _Retry(t.error or f"episode ended with status {t.status.value!r}", ep)
+        return ep
 
     async def episode(self, task: str, index: SampleIndex) -> EpisodeResult:
         """Run one sample with retries from scratch; never raises for infrastructure failures."""

@@ -26,7 +26,7 @@ class EchoTask(Task):
         return [{"word": w} for w in WORDS]
 
     @classmethod
-    def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]]:
+    def reference_policy(cls, sample: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"name": "echo", "arguments": {"text": sample["word"]}}]
 
     async def setup(self) -> list[dict[str, Any]]:

@@ -6,8 +6,8 @@ the committed answers with ``label``; INSERT/UPDATE/DELETE samples ignore the an
 compare the hash of the tables (:mod:`.hashing`) with ``answer_md5``. Reward is 1 or 0.
 
 Samples of the ``easy`` splits (:mod:`.make_easy`) carry ``"prompt": "easy"`` (a short system
-prompt) and ``"max_turns": 3``; a sample's ``max_turns`` below the task's 15 runs its session
-with that round limit. Everything else (tools, scoring) is the same.
+prompt) and ``"max_turns": 3``: a session's round limit is the ``max_turns`` option if set, else
+its sample's ``max_turns``, else 15. Everything else (tools, scoring) is the same.
 
 Each session has its own database (see :mod:`.backends`), created in ``setup`` and dropped in
 ``teardown``.
@@ -15,7 +15,6 @@ Each session has its own database (see :mod:`.backends`), created in ``setup`` a
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +39,7 @@ class DBConfig(BaseModel):
     Limits:
         statement_timeout_s: a statement running longer is stopped and reported as timed out.
         max_output_chars: tool output is cut here and ``[TRUNCATED]`` appended (AgentBench: 800).
+        max_turns: round limit of every session (unset: the sample's ``max_turns``, else 15).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -48,18 +48,15 @@ class DBConfig(BaseModel):
     mysql_url: str | None = Field(None, description="mysql://USER:PASSWORD@HOST:PORT (backend 'mysql' only).")
     statement_timeout_s: float = Field(10.0, gt=0, description="Seconds one SQL statement may run.")
     max_output_chars: int = Field(800, gt=0, description="Characters of tool output before truncation.")
+    max_turns: int | None = Field(
+        None, ge=1, description="Round limit of every session (unset: the sample's max_turns, else 15)."
+    )
 
     @model_validator(mode="after")
     def _mysql_needs_url(self) -> DBConfig:
         if self.backend == "mysql" and not self.mysql_url:
             raise ValueError("backend 'mysql' needs mysql_url, e.g. --option mysql_url=mysql://user:pw@127.0.0.1:3306")
         return self
-
-
-@cache
-def with_max_turns(cls: type[Task], max_turns: int) -> type[Task]:
-    """``cls`` with another round limit (the episode loop reads ``type(task).max_turns``)."""
-    return type(cls.__name__, (cls,), {"max_turns": max_turns, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
 class DBTask(Task):
@@ -84,7 +81,7 @@ class DBTask(Task):
         return validate_sample(custom_task, "custom_task")
 
     @classmethod
-    def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]]:
+    def reference_policy(cls, sample: dict[str, Any]) -> list[dict[str, Any]]:
         """Run the gold SQL, then commit ``label`` (SELECT-type) or nothing (mutations)."""
         calls = []
         sql = gold_sql(sample)
@@ -111,13 +108,6 @@ class DBTask(Task):
         return SQLiteBackend(statement_timeout_s=config.statement_timeout_s, max_output_chars=config.max_output_chars)
 
     # ------------------------------------------------------------------ session
-
-    def __new__(cls, sample: dict[str, Any], **kwargs: Any) -> DBTask:
-        """A sample whose ``max_turns`` is below the task's gets a session with that limit."""
-        limit = sample.get("max_turns") if isinstance(sample, dict) else None
-        if type(limit) is int and 0 < limit < cls.max_turns:
-            cls = with_max_turns(cls, limit)  # type: ignore[assignment]
-        return super().__new__(cls)
 
     def __init__(self, sample: dict[str, Any], *, config: BaseModel | None = None, resources: Any = None) -> None:
         super().__init__(sample, config=config, resources=resources)

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 from agentrl_envs import Episode, TaskRuntime
+from agentrl_envs.agent import InProcessSessions, run_episode
+from agentrl_envs.policy import as_policy
 
 
 def call(name: str, i: int = 0, **arguments: Any) -> dict[str, Any]:
@@ -23,11 +25,9 @@ async def sql(episode: Episode, query: str) -> str:
 
 
 async def replay(runtime: TaskRuntime, index: int) -> float:
-    """Replay the reference solution of sample ``index``; return the final reward."""
-    episode = runtime.episode(index)
-    await episode.start()
-    out = None
-    for i, step in enumerate(runtime.task_cls.reference_solution(runtime.samples[index])):
-        out = await episode.step([call(step["name"], i, **step["arguments"])])
-    assert out is not None and out.finish, f"sample {index}: the episode did not finish"
-    return out.reward
+    """Play the reference policy of sample ``index`` through the agent loop; return the final reward."""
+    reference = as_policy(runtime.task_cls.reference_policy(runtime.samples[index]))
+    t = await run_episode(InProcessSessions(runtime), runtime.name, index, reference)
+    assert t.outcome is not None and t.outcome.scored, f"sample {index}: {t.status.value}: {t.error}"
+    assert t.metrics.get("stopped_by_client") is None, f"sample {index}: the reference ran out before the episode ended"
+    return t.reward

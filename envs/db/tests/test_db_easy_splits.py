@@ -44,7 +44,7 @@ async def test_easy_session_prompt_limit_and_wrong_answers() -> None:
     try:
         mutation = next(i for i, s in enumerate(runtime.samples) if s["type"][0] != "SELECT")
         episode = runtime.episode(mutation)
-        assert type(episode.task).max_turns == 3 and type(episode.task).tool_definitions() == DBTask.tool_definitions()
+        assert type(episode.task) is DBTask and episode.task.turn_limit == 3  # the sample's own limit
         first = await episode.start()
         assert first.messages[0]["content"] == EASY_SYSTEM_PROMPT
         assert first.messages[1:-1] == EASY_EXAMPLES  # the worked examples, then the question
@@ -67,4 +67,7 @@ async def test_easy_session_prompt_limit_and_wrong_answers() -> None:
         await runtime.close()
 
     dev = TaskRuntime(get_task("db"), split="dev", config={"backend": "sqlite"})
-    assert type(dev.episode(0).task) is DBTask and DBTask.max_turns == 15
+    assert dev.episode(0).task.turn_limit == DBTask.max_turns == 15
+    # The operator's option overrides the sample's limit and the class default.
+    forced = TaskRuntime(get_task("db"), split="easy-test", config={"backend": "sqlite", "max_turns": 5})
+    assert forced.episode(0).task.turn_limit == 5 and DBTask.max_turns == 15

@@ -71,12 +71,12 @@ def test_dev_split_shape() -> None:
     assert len(samples) == 60 and kinds.count("INSERT") == 20 and kinds.count("UPDATE") == 20
 
 
-def test_reference_solution_shapes() -> None:
+def test_reference_policy_shapes() -> None:
     samples = DBTask.load_samples("dev")
-    insert = DBTask.reference_solution(samples[20])
+    insert = DBTask.reference_policy(samples[20])
     assert insert[0] == {"name": "execute_sql", "arguments": {"query": samples[20]["label"][0]}}
     assert insert[1] == {"name": "commit_final_answer", "arguments": {"answers": []}}
-    select = DBTask.reference_solution(samples[0])
+    select = DBTask.reference_policy(samples[0])
     assert select[0]["arguments"]["query"] == samples[0]["sql"]["query"]
     assert select[1]["arguments"]["answers"] == samples[0]["label"]
 
