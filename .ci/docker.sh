@@ -5,8 +5,9 @@
 # Idempotent: safe to run twice; a daemon that already answers `docker info` is reused.
 # Run as root on Debian/Ubuntu. The engine runs without iptables and without the default bridge
 # (this machine has neither): containers use `--network none` or `--network host`.
-# Log: ${DOCKERD_LOG:-/tmp/dockerd.log}.
+# Log: ${DOCKERD_LOG:-/tmp/dockerd.log}. Prints nothing on stdout (everything goes to stderr).
 set -euo pipefail
+exec 1>&2
 
 LOG="${DOCKERD_LOG:-/tmp/dockerd.log}"
 log() { echo "[docker.sh] $*" >&2; }

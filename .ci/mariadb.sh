@@ -4,8 +4,11 @@
 # Idempotent: safe to run twice; a running server is reused. Run as root on Debian/Ubuntu.
 # Creates user agentrl/agentrl with every privilege, GRANT OPTION included: the DB task's MySQL
 # backend creates one database *and one user* per session, so the admin user needs CREATE USER.
-# Prints the line to eval:  eval "$(.ci/mariadb.sh | tail -n1)"
+# Prints the line to eval:  eval "$(.ci/mariadb.sh)"  (or, as before, `| tail -n1`)
+# Its stdout carries exactly that one line: everything else goes to stderr.
 set -euo pipefail
+# fd 3 is the real stdout, kept for the export line; every command's stdout goes to stderr.
+exec 3>&1 1>&2
 
 PORT="${MARIADB_PORT:-3306}"
 log() { echo "[mariadb.sh] $*" >&2; }
@@ -49,4 +52,4 @@ for _ in $(seq 1 30); do
 done
 mariadb -h127.0.0.1 -P"${PORT}" -uagentrl -pagentrl -e 'SELECT 1' >/dev/null || { log "cannot log in as agentrl over TCP"; exit 1; }
 log "MariaDB is up: $(mariadb -h127.0.0.1 -P"${PORT}" -uagentrl -pagentrl -N -e 'SELECT VERSION()')"
-echo "export AGENTRL_TEST_MYSQL_URL=mysql://agentrl:agentrl@127.0.0.1:${PORT}"
+echo "export AGENTRL_TEST_MYSQL_URL=mysql://agentrl:agentrl@127.0.0.1:${PORT}" >&3

@@ -12,7 +12,9 @@ of ``/etc/apt/sources.list.d/*.sources`` or ``/etc/apt/sources.list``): no mirro
 Location: ``$AGENTRL_ROOTFS`` if set, else ``~/.cache/agentrl-envs/rootfs/debian-<suite>``.
 Building needs root and ``debootstrap``; using the result needs neither.
 
-Run ``python -m agentrl_envs.sandbox.rootfs`` to build it and print its path.
+Run ``python -m agentrl_envs.sandbox.rootfs`` to build it and print its path: the path is the
+only thing written to stdout (debootstrap's and apt's log go to stderr), so
+``path=$(python -m agentrl_envs.sandbox.rootfs)`` is safe.
 """
 
 from __future__ import annotations
@@ -172,10 +174,32 @@ def ensure_rootfs(target: Path | None = None, *, packages: tuple[str, ...] = PAC
 
 
 def _run(cmd: list[str], *, quiet: bool) -> None:
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else None, stderr=subprocess.STDOUT, text=True)
+    """Run a build tool; its output never reaches our stdout, which carries only the path.
+
+    ``quiet``: the output is captured (and its tail put into the error). Otherwise it goes to our
+    stderr, so ``path=$(python -m agentrl_envs.sandbox.rootfs)`` holds the path and nothing else.
+    """
+    if quiet:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    else:
+        sink = _stderr_fd()
+        if sink is None:  # stderr is no real file (an in-process capture): relay the output
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            sys.stderr.write(proc.stdout or "")
+        else:
+            sys.stderr.flush()
+            proc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
         tail = (proc.stdout or "")[-4000:]
         raise RuntimeError(f"{cmd[0]} failed with exit code {proc.returncode}\n{tail}")
+
+
+def _stderr_fd() -> int | None:
+    """The file descriptor behind ``sys.stderr``, or None when it has none."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _finish_tree(root: Path) -> None:
