@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .episode import Episode, TaskRuntime
-from .registry import get_task, task_names
+from .registry import get_task, register_all, task_names
 from .schema import SampleStatus
 from .task import Task, tool
 
@@ -17,3 +17,8 @@ def make(task: str, **kwargs):
     from .gym_env import make as _make
 
     return _make(task, **kwargs)
+
+
+# As gymnasium users expect: `import agentrl_envs` registers `agentrl/<task>-v0` for every installed
+# task, so `gymnasium.make("agentrl/db-v0")` needs no other call.
+register_all()

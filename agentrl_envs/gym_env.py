@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from .agent import AgentSession, InProcessSessions, Sessions
 from .client import AsyncControllerClient
 from .episode import TaskRuntime
-from .registry import get_task
+from .registry import get_task, register_all
 from .schema import Message, SampleStatus, function_call
 
 _WORDS = ("select", "table", "name", "count", "value", "id", "list", "42", "true", "x")
@@ -200,19 +200,6 @@ class AgentEnv(gym.Env[dict[str, Any], dict[str, Any]]):
         self._loop.close()
         self._loop = None  # type: ignore[assignment]
         super().close()
-
-
-def register_all() -> list[str]:
-    """Register ``agentrl/<task>-v0`` with gymnasium for every installed task (idempotent)."""
-    from .registry import task_names
-
-    ids = []
-    for name in task_names():
-        env_id = f"agentrl/{name}-v0"
-        if env_id not in gym.registry:
-            gym.register(env_id, entry_point="agentrl_envs.gym_env:AgentEnv", kwargs={"task": name}, disable_env_checker=True)
-        ids.append(env_id)
-    return ids
 
 
 def make(task: str, **kwargs: Any) -> AgentEnv:

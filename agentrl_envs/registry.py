@@ -37,3 +37,19 @@ def get_task(name: str) -> type[Task]:
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise DataError(f"entry point {ep.value!r} for task {name!r} is not a Task subclass")
     return cls
+
+
+def register_all() -> list[str]:
+    """Register ``agentrl/<task>-v0`` with gymnasium for every installed task (idempotent).
+
+    ``import agentrl_envs`` calls it, so ``gymnasium.make("agentrl/db-v0")`` works at once; the
+    env module itself is imported only when an env is made."""
+    import gymnasium as gym
+
+    ids = []
+    for name in task_names():
+        env_id = f"agentrl/{name}-v0"
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point="agentrl_envs.gym_env:AgentEnv", kwargs={"task": name}, disable_env_checker=True)
+        ids.append(env_id)
+    return ids
