@@ -1,6 +1,10 @@
 """Run a command inside a running sandbox (the ``exec`` path of the bubblewrap backend).
 
-Usage: ``python -m agentrl_envs.sandbox._enter PID CGROUP_PROCS_FILES(colon-separated) CWD -- ENV... -- ARGV...``
+Usage: ``python -I .../sandbox/_enter.py PID CGROUP_PROCS_FILES(colon-separated) CWD -- ENV... -- ARGV...``
+
+Run it as a file, never with ``-m``: it must stay single-threaded to join the sandbox's mount
+namespace, and importing the package could start threads (a BLAS pool). It imports only the
+standard library.
 
 Joins the namespaces of ``PID`` (the sandbox's init) and its root directory, drops every
 capability outside Docker's default set (the sandbox's files may have been changed by the model:

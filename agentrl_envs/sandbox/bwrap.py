@@ -46,6 +46,8 @@ CAPS = (
 ).split()
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _READ = 65536
+#: Run as a file with the standard library only (see :meth:`BubblewrapSandbox.exec`).
+_ENTER = str(Path(__file__).with_name("_enter.py"))
 
 
 def sandbox_env(session_id: str) -> dict[str, str]:
@@ -304,7 +306,10 @@ class BubblewrapSandbox(Sandbox):
         self._alive()
         procs = ":".join(str(f) for f in (self.cgroup.procs_files if self.cgroup else []))
         env = [f"{k}={v}" for k, v in sandbox_env(self.id).items()]
-        argv = [sys.executable, "-m", "agentrl_envs.sandbox._enter", str(self.init_pid), procs, "/root", "--"]
+        # The file, not `-m`: `-m` imports the agentrl_envs package first, and anything it pulls in
+        # that starts a thread (numpy's BLAS pool, via gymnasium) makes setns(CLONE_NEWNS) fail
+        # with EINVAL (a multithreaded process cannot join a mount namespace).
+        argv = [sys.executable, "-I", _ENTER, str(self.init_pid), procs, "/root", "--"]
         argv += [*env, "--", "/bin/bash", "-c", script, "bash", *args]
         proc = await asyncio.create_subprocess_exec(
             *argv,
