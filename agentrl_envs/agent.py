@@ -251,7 +251,7 @@ class AgentSession:
         try:
             out = await self.sessions.interact(t.session_id, [message])
         except (AgentRLEnvsError, *_INFRA) as e:
-            self._infra(e)
+            await self.fail(e)
             return []
         t.messages.extend(out.messages)
         self._update(out.finish, out.status, out.reward, out.metrics)
@@ -267,6 +267,13 @@ class AgentSession:
             t.metrics["stopped_by_client"] = status.value
             self._finish(outcome or classify(status, 0.0))
         return t
+
+    async def fail(self, exc: BaseException) -> Transcript:
+        """End the episode as an infrastructure failure caused by ``exc`` (the session is cancelled)."""
+        if not self.transcript.finished:
+            await self._cancel()
+            self._infra(exc)
+        return self.transcript
 
     async def close(self) -> None:
         """Cancel the session if it is still running (idempotent); the transcript stays as it is."""
@@ -343,8 +350,7 @@ async def run_episode(
             except ModelError:
                 raise
             except (AgentRLEnvsError, *_INFRA) as e:  # the policy's model server, say
-                await session._cancel()
-                session._infra(e)
+                await session.fail(e)
                 break
             if message is None:
                 await session.stop(
@@ -353,6 +359,6 @@ async def run_episode(
                 break
             await session.act(message)
     finally:
-        if not session.done:
+        if not session.done:  # a policy's bug is propagating: release the session first
             await session._cancel()
     return t

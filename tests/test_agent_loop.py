@@ -155,3 +155,22 @@ def test_as_policy():
     assert as_policy(policy) is policy
     with pytest.raises(TypeError, match="Policy or a list of calls"):
         as_policy("add")
+
+
+async def test_a_failed_interact_is_infrastructure_and_the_session_is_cancelled(runtime):
+    from agentrl_envs.errors import WorkerUnreachableError
+
+    class Flaky(InProcessSessions):
+        cancelled: list[int] = []
+
+        async def interact(self, session_id, messages):
+            raise WorkerUnreachableError("connection reset")
+
+        async def cancel_quietly(self, session_id):
+            self.cancelled.append(session_id)
+            await super().cancel_quietly(session_id)
+
+    sessions = Flaky(runtime)
+    t = await run_episode(sessions, "calc", 0, ReadsTheSum())
+    assert (t.outcome, t.status, t.turns) == (Outcome.INFRA_FAILURE, SampleStatus.UNKNOWN, 1)
+    assert "connection reset" in (t.error or "") and sessions.cancelled == [1] and len(Calc.teardowns) == 1
