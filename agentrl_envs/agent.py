@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from .errors import AgentRLEnvsError, ContextLimitError, ModelError, UnknownSessionError
-from .schema import InteractResponse, Message, SampleIndex, SampleStatus, StartSampleResponse
+from .schema import InteractResponse, Message, SampleIndex, SampleStatus, StartSampleResponse, interact_response, start_response
 
 if TYPE_CHECKING:
     from .episode import Episode, TaskRuntime
@@ -158,14 +158,7 @@ class InProcessSessions:
         session_id = next(self._ids)
         if not out.finish:
             self._episodes[session_id] = episode
-        first = StartSampleResponse(
-            messages=out.messages,
-            tools=out.tools or [],
-            finish=out.finish,
-            reward=out.reward,
-            status=out.status,
-            metrics=out.metric,
-        )
+        first = start_response(out)
         return session_id, first
 
     async def interact(self, session_id: int, messages: list[dict[str, Any]]) -> InteractResponse:
@@ -175,9 +168,7 @@ class InProcessSessions:
         out = await episode.step(messages)
         if out.finish:
             del self._episodes[session_id]
-        return InteractResponse(
-            finish=out.finish, reward=out.reward, status=out.status, messages=out.messages, metrics=out.metric
-        )
+        return interact_response(out)
 
     async def cancel_quietly(self, session_id: int) -> None:
         episode = self._episodes.pop(session_id, None)

@@ -75,7 +75,7 @@ from .agent import AgentSession, MaxTurns, run_episode
 from .episode import Episode, TaskRuntime
 from .errors import InfrastructureError, SessionFinishedError, UnknownSessionError
 from .policy import as_policy
-from .schema import InteractResponse, SampleStatus, StartSampleResponse
+from .schema import InteractResponse, SampleStatus, interact_response, start_response
 from .task import Task
 
 __all__ = [
@@ -410,21 +410,12 @@ class _WorkerSessions:
     async def start_sample_when_free(self, task: str, index: Any, *, timeout: float = 0.0, delay: Any = None) -> Any:
         session_id = next(self._ids)
         out = await self.service.start_sample(session_id, index)
-        first = StartSampleResponse(
-            messages=out.messages,
-            tools=out.tools or [],
-            finish=out.finish,
-            reward=out.reward,
-            status=out.status,
-            metrics=out.metric,
-        )
+        first = start_response(out)
         return session_id, first
 
     async def interact(self, session_id: int, messages: list[dict[str, Any]]) -> InteractResponse:
         out = await self.service.interact(session_id, messages)
-        return InteractResponse(
-            finish=out.finish, reward=out.reward, status=out.status, messages=out.messages, metrics=out.metric
-        )
+        return interact_response(out)
 
     async def cancel_quietly(self, session_id: int) -> None:
         with contextlib.suppress(UnknownSessionError):

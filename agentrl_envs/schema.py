@@ -198,6 +198,18 @@ class EnvOutput(BaseModel):
     metric: dict[str, Any] = Field(default_factory=dict)
 
 
+def start_response(out: EnvOutput) -> StartSampleResponse:
+    """What a client sees of a worker's start (metrics named as the client API names them)."""
+    return StartSampleResponse(
+        messages=out.messages, tools=out.tools or [], finish=out.finish, reward=out.reward, status=out.status, metrics=out.metric
+    )
+
+
+def interact_response(out: EnvOutput) -> InteractResponse:
+    """What a client sees of a worker's step."""
+    return InteractResponse(finish=out.finish, reward=out.reward, status=out.status, messages=out.messages, metrics=out.metric)
+
+
 class WorkerInteractResponse(BaseModel):
     session_id: int
     env_out: EnvOutput

@@ -6,7 +6,6 @@ import concurrent.futures
 import time
 
 import httpx
-import pytest
 from stack_helpers import wait_for
 from tasks_for_tests import Calc, call
 
@@ -184,25 +183,6 @@ def test_idle_sessions_expire_on_the_worker(make_stack):
     time.sleep(1.0)
     out = interact(stack.url, sid, call("add", '{"x": 1}')).json()
     assert out["finish"] and out["status"] == "task error" and "rejected the step (404)" in out["metrics"]["error"]
-
-
-@pytest.mark.parametrize("mode", ["in-process", "controller"])
-def test_check_env_passes(make_stack, mode):
-    from gymnasium.utils.env_checker import check_env
-
-    import agentrl_envs
-
-    if mode == "controller":
-        stack = make_stack()
-        stack.add_worker(EchoTask)
-        env = agentrl_envs.make("echo", controller=stack.url)
-    else:
-        env = agentrl_envs.make("echo")
-    check_env(env)
-    obs, info = env.reset(options={"index": 0})
-    obs, reward, terminated, truncated, info = env.step(call("echo", '{"text": "apple"}'))
-    assert (reward, terminated, truncated, info["status"]) == (1.0, True, False, "completed")
-    env.close()
 
 
 def test_a_step_past_the_interaction_timeout_ends_as_task_error(make_stack):

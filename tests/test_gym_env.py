@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from gymnasium.utils.env_checker import check_env
 from tasks_for_tests import call
 
 import agentrl_envs
@@ -31,6 +32,7 @@ def test_both_transports_play_the_same_episode(mode, make_stack):
     else:
         env = agentrl_envs.make("echo")
     try:
+        check_env(env)
         seen = play(env)
     finally:
         env.close()
