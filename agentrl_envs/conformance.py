@@ -63,7 +63,6 @@ import contextlib
 import itertools
 import json
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from importlib.metadata import EntryPoint
@@ -568,48 +567,20 @@ def check_gym_env(task_cls: type[Task], split: str | None = None, *, config: dic
 # --------------------------------------------------------------------------- reference replay
 
 
-class _ServerThread:
-    """A uvicorn server on a free loopback port in a thread of its own."""
-
-    def __init__(self, app: Any, port: int | None = None) -> None:
-        import uvicorn
-
-        from .stack import free_port
-
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, loop="asyncio")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"conformance-server-{self.port}")
-
-    def start(self, timeout: float = 60.0) -> _ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise InfrastructureError(f"the server on port {self.port} did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-
-
 @contextlib.contextmanager
 def _threaded_stack(task_cls: type[Task], split: str | None, config: dict[str, Any] | None) -> Iterator[str]:
     """A controller and a worker of ``task_cls`` (any class, installed or not) over loopback HTTP, in threads."""
     from .controller import ControllerService, create_controller_app
-    from .stack import free_port, tasks_without_live_worker
+    from .stack import ServerThread, free_port, tasks_without_live_worker
     from .worker import WorkerService, create_worker_app
 
-    controller = _ServerThread(create_controller_app(ControllerService())).start()
-    worker: _ServerThread | None = None
+    controller = ServerThread(create_controller_app(ControllerService())).start()
+    worker: ServerThread | None = None
     try:
         port = free_port()
         runtime = TaskRuntime(task_cls, split=split, config=config)
         service = WorkerService(runtime, controller_url=controller.url, self_address=f"http://127.0.0.1:{port}/api")
-        worker = _ServerThread(create_worker_app(service), port=port).start()
+        worker = ServerThread(create_worker_app(service), port=port).start()
         deadline = time.monotonic() + 60
         with httpx.Client(timeout=2.0) as http:
             while tasks_without_live_worker(http, controller.url, [task_cls.name]):

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,33 @@ class ManagedProcess:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+
+
+class ServerThread:
+    """A uvicorn server (controller or worker app) on a loopback port, in a thread of its own: for
+    tests and the conformance suite, where separate processes cannot load the task class."""
+
+    def __init__(self, app: Any, port: int | None = None) -> None:
+        import uvicorn
+
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, loop="asyncio")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"server-{self.port}")
+
+    def start(self, timeout: float = 60.0) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise InfrastructureError(f"the server on port {self.port} did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
 
 
 def worker_args(*, split: str | None = None, data: str | None = None, options: dict[str, Any] | None = None) -> list[str]:

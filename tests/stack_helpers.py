@@ -2,41 +2,15 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 import httpx
-import uvicorn
 
 from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.episode import TaskRuntime
-from agentrl_envs.stack import free_port
+from agentrl_envs.stack import ServerThread, free_port
 from agentrl_envs.worker import WorkerService, create_worker_app
-
-
-class ServerThread:
-    """A uvicorn server on a free loopback port, in its own thread and event loop."""
-
-    def __init__(self, app: Any, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, loop="asyncio")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def start(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("server did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(20)
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05) -> None:
