@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -47,13 +48,46 @@ async def evaluate_check(
     return True, params[1:]
 
 
-def script_command(script: dict[str, str], *, keep_stderr: bool = False) -> str:
-    """The ``bash -c`` script that runs ``script`` with the sandbox's ``exec`` args as its argv.
+def script_command(script: dict[str, str]) -> str:
+    """The ``bash -c`` script that runs a check script with the sandbox's ``exec`` args as its argv.
 
-    Args arrive as ``$1 = code, $2... = params``; stderr is dropped unless ``keep_stderr``
-    (AgentBench passes only stdout down the check chain).
+    Args arrive as ``$1 = code, $2... = params``; stderr is dropped (AgentBench passes only stdout
+    down the check chain).
     """
-    redirect = "" if keep_stderr else " 2>/dev/null"
     if script["language"] == "python":
-        return f'code=$1; shift; exec python3 -c "$code" "$@"{redirect}'
-    return f'code=$1; shift; exec bash -c "$code" -- "$@"{redirect}'
+        return 'code=$1; shift; exec python3 -c "$code" "$@" 2>/dev/null'
+    return 'code=$1; shift; exec bash -c "$code" -- "$@" 2>/dev/null'
+
+
+#: Runs ``argv[1:]`` as ``docker exec`` runs a command for AgentBench (moby's exec exit handler):
+#: stdout and stderr go to one pipe, read until it closes, but at most 2 s after the command
+#: exits, so that background processes it leaves holding the pipe do not hold the exec open.
+_EXEC_LIKE_DOCKER = """
+import os, select, subprocess, sys, time
+r, w = os.pipe()
+p = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=w, stderr=w)
+os.close(w)
+out, deadline = bytearray(), None
+while True:
+    if deadline is None and p.poll() is not None:
+        deadline = time.monotonic() + 2
+    wait = 0.05 if deadline is None else deadline - time.monotonic()
+    if wait < 0:
+        break
+    if select.select([r], [], [], wait)[0]:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        out += chunk
+sys.stdout.buffer.write(out)
+sys.exit(p.wait())
+"""
+
+
+def init_command(script: dict[str, str]) -> str:
+    """The ``bash -c`` script that runs an ``init`` script (``$1`` = its code) as ``docker exec``
+    does for AgentBench: it returns when the script has exited and its output is closed, or 2 s
+    after it exited if background processes keep the output open (``(sleep 60) &``:
+    ``7/bootstrap.json`` 0). stdout and stderr come back merged (for the error message)."""
+    run = 'python3 -c "$code"' if script["language"] == "python" else 'bash -c "$code" --'
+    return f"code=$1; exec python3 -c {shlex.quote(_EXEC_LIKE_DOCKER)} {run}"

@@ -17,7 +17,6 @@ the task's 8 runs its session with that round limit. Tools and judging are the s
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -30,8 +29,9 @@ from agentrl_envs.schema import SampleStatus
 from agentrl_envs.task import Task, tool
 
 from .prompts import NO_TOOL_CALL, opening_prompts, os_output
-from .samples import data_dir, load_path, load_split, normalize
-from .scoring import evaluate_check, evaluate_match, script_command
+from .reference import OSReferencePolicy, reference_policy
+from .samples import load_path, load_split, normalize
+from .scoring import evaluate_check, evaluate_match, init_command, script_command
 
 
 class OSConfig(BaseModel):
@@ -61,14 +61,6 @@ class OSConfig(BaseModel):
         return SandboxLimits(self.memory_mb, self.cpus, self.pids, self.command_timeout_s)
 
 
-#: What :meth:`OSTask.reference_solution` returns for a sample without one (it scores 0).
-
-
-def _reference_answers() -> dict[str, dict[str, Any]]:
-    path = data_dir() / "reference.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 @cache
 def with_max_turns(cls: type[Task], max_turns: int) -> type[Task]:
     """``cls`` with another round limit (the episode loop reads ``type(task).max_turns``)."""
@@ -91,13 +83,7 @@ class OSTask(Task):
         next to it, else its own dir) or a dir holding ``problems.json`` and ``scripts/``."""
         if data is not None:
             return load_path(data)
-        split = split or "dev"
-        samples = load_split(split)
-        refs = _reference_answers().get(split, {})
-        for i, s in enumerate(samples):
-            if str(i) in refs:
-                s["reference"] = refs[str(i)]
-        return samples
+        return load_split(split or "dev")
 
     @classmethod
     def sample_from_custom(cls, custom_task: dict[str, Any]) -> dict[str, Any]:
@@ -109,26 +95,11 @@ class OSTask(Task):
             raise DataError(f"custom_task: {e}") from None
 
     @classmethod
-    def reference_solution(cls, sample: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """Recorded calls (``reference`` in the sample, from ``data/reference.json``), else: a
-        ``match.answer`` sample answers it; a check chain without a ``null`` entry runs the bash
-        ``example`` and finishes. The rest (README lists them) have none: ``None``, which
-        ``agentrl-envs check`` reports apart."""
-        if "reference" in sample:
-            return sample["reference"]
-        if sample.get("match") and "answer" in sample["match"]:
-            return [{"name": "answer_action", "arguments": {"answer": sample["match"]["answer"]}}]
-        ex = sample.get("example")
-        if sample.get("check") and None not in sample["check"] and ex and ex["language"] == "bash":
-            return [
-                {"name": "bash_action", "arguments": {"script": ex["code"]}},
-                {"name": "finish_action", "arguments": {"thought": "done"}},
-            ]
-        return None
-
-    @classmethod
-    def has_reference(cls, sample: dict[str, Any]) -> bool:
-        return cls.reference_solution(sample) is not None
+    def reference_policy(cls, sample: dict[str, Any]) -> OSReferencePolicy | None:
+        """A fresh :class:`~.reference.OSReferencePolicy` for ``sample`` (it answers a ``match``,
+        runs ``example`` and answers what it prints, or runs it and finishes; see
+        :mod:`.reference`), or ``None`` when no way to solve it is known."""
+        return reference_policy(sample)
 
     # ------------------------------------------------------------------ worker resources
 
@@ -167,7 +138,7 @@ class OSTask(Task):
             raise RuntimeError("the OS task needs its sandbox backend: open it with TaskRuntime.open()")
         self.box = await self.resources.create()
         for i, script in enumerate(self.sample["init"]):
-            r = await self.box.exec(script_command(script, keep_stderr=True), args=[script["code"]])
+            r = await self.box.exec(init_command(script), args=[script["code"]])
             if not r.ok:
                 raise RuntimeError(f"init script {i} failed (exit {r.exit_code}, timed out {r.timed_out}): {r.output[-500:]}")
         start = self.sample.get("start")

@@ -1,4 +1,6 @@
-"""``agentrl-envs check os --split dev`` on bubblewrap: every sample with a reference scores 1."""
+"""``agentrl-envs check os --split dev`` on bubblewrap: the reference policy plays every sample and
+solves all but sample 8, whose check cannot pass in a sandbox with an empty ``/home`` (an
+AgentBench defect: README, "Reference solutions")."""
 
 from __future__ import annotations
 
@@ -7,14 +9,16 @@ import json
 from agentrl_env_os import OSTask
 from agentrl_envs.cli import main
 
+#: size-match.py cannot parse `du -sh`'s "8.0K" (README).
+DEFECTS = {8}
 
-def test_check_dev_solves_every_sample_with_a_reference(rootfs, capsys):
+
+def test_check_dev_solves_every_sample_but_the_agentbench_defect(rootfs, capsys):
     samples = OSTask.load_samples("dev")
-    with_ref = {i for i, s in enumerate(samples) if OSTask.has_reference(s)}
-    main(["check", "os", "--split", "dev", "--json"])
+    assert all(OSTask.reference_policy(s) is not None for s in samples)
+    code = main(["check", "os", "--split", "dev", "--json", "--min-rate", "0.9"])
     report = json.loads(capsys.readouterr().out)
-    solved = {s["index"] for s in report["samples"] if s["solved"]}
-    print(f"\ncheck os --split dev: solved {len(solved)}/{len(samples)}, with a reference {len(with_ref)}")
-    assert solved == with_ref and report["total"] == len(with_ref) and report["rate"] == 1.0
-    assert sorted(report["without_reference"]) == sorted(set(range(len(samples))) - with_ref)
-    assert len(with_ref) >= 24
+    failed = {s["index"]: s for s in report["samples"] if not s["solved"]}
+    print(f"\ncheck os --split dev: solved {report['solved']}/{report['total']}; failed {sorted(failed)}")
+    assert code == 0 and report["without_reference"] == [] and report["total"] == len(samples) == 26
+    assert set(failed) == DEFECTS and failed[8]["status"] == "completed"

@@ -31,7 +31,7 @@ def test_easy_splits_are_listed_sized_disjoint_and_reproducible() -> None:
     assert len({s["description"] for s in train}) == 200 and len({s["description"] for s in test}) == 100
     generated = make_splits()
     assert [normalize(p) for p in generated["easy"]] == train and [normalize(p) for p in generated["easy-test"]] == test
-    assert all(OSTask.has_reference(s) and s["prompt"] == "easy" and s["max_turns"] == 3 for s in train + test)
+    assert all(OSTask.reference_policy(s) is not None and s["prompt"] == "easy" and s["max_turns"] == 3 for s in train + test)
 
 
 @pytest.mark.parametrize("split", ["easy", "easy-test"])

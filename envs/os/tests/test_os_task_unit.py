@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 from agentrl_env_os import OSTask
 from agentrl_env_os.prompts import os_output
 from agentrl_env_os.samples import load_path
-from agentrl_env_os.scoring import evaluate_check, evaluate_match
+from agentrl_env_os.scoring import evaluate_check, evaluate_match, init_command
 from agentrl_envs import get_task
 from agentrl_envs.sandbox import CommandResult
 
@@ -114,3 +116,26 @@ async def test_check_chain_passes_answer_and_earlier_outputs_and_runs_example_fo
     assert calls == [("EXAMPLE", ["42"]), ("CHECK", ["42", "42\n"])]
     ok, _ = await evaluate_check("41", [None, check], example, run)
     assert not ok
+
+
+def test_init_returns_when_the_script_exits_even_with_background_jobs(tmp_path):
+    """As ``docker exec`` does for AgentBench: a background job of an init script does not hold
+    the init open; the script's stdout and stderr come back."""
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "pid"
+    code = f"sleep 30 & echo $! > {pid_file}; echo out; echo err >&2; exit 3"
+    t = time.monotonic()
+    r = subprocess.run(
+        ["bash", "-c", init_command({"language": "bash", "code": code}), "bash", code], capture_output=True, timeout=20
+    )
+    try:
+        assert time.monotonic() - t < 10
+        assert (r.returncode, r.stdout) == (3, b"out\nerr\n")
+    finally:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    r = subprocess.run(
+        ["bash", "-c", init_command({"language": "python", "code": "print('py')"}), "bash", "print('py')"], capture_output=True
+    )
+    assert (r.returncode, r.stdout) == (0, b"py\n")
