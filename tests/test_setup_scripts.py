@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from agentrl_envs.sandbox import rootfs
-from agentrl_envs.sandbox.rootfs import STAMP, default_rootfs_path, is_complete
+from agentrl_envs.sandbox.rootfs import RECIPE, STAMP, default_rootfs_path, is_complete
 
 REPO = Path(__file__).resolve().parents[1]
 CI = os.environ.get("CI", "").lower() == "true"
@@ -67,10 +67,11 @@ def write_exe(path: Path, text: str) -> Path:
 
 @pytest.fixture
 def fake_bin(tmp_path: Path) -> Path:
-    """A directory of fake tools, first on PATH: debootstrap (builds a tiny tree) and bwrap."""
+    """A directory of fake tools, first on PATH: debootstrap (builds a tiny tree), chroot and bwrap."""
     d = tmp_path / "fakebin"
     write_exe(d / "debootstrap", FAKE_DEBOOTSTRAP)
     write_exe(d / "bwrap", "#!/bin/sh\necho 'bwrap noise'\n")
+    write_exe(d / "chroot", f"#!/bin/sh\necho '{NOISE}'\nexit 0\n")  # the tree's finishing (useradd in it)
     return d
 
 
@@ -98,7 +99,7 @@ def noisy_python(tmp_path: Path) -> Path:
 def fake_tree(path: Path) -> Path:
     (path / "bin").mkdir(parents=True)
     (path / "bin" / "bash").write_text("#!/bin/sh\n")
-    (path / STAMP).write_text("test\n")
+    (path / STAMP).write_text(RECIPE)
     assert is_complete(path)
     return path
 

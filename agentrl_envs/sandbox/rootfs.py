@@ -58,6 +58,8 @@ PACKAGES: tuple[str, ...] = (
 
 #: A file written last into a finished root filesystem: its presence means "complete".
 STAMP = ".agentrl-rootfs-complete"
+#: What the stamp holds: the recipe of the tree. A tree built by another recipe is rebuilt.
+RECIPE = "debootstrap minbase + PACKAGES + user ubuntu (1000, /home/ubuntu) v2\n"
 
 DEFAULT_SUITE = "bookworm"
 
@@ -131,8 +133,9 @@ def default_rootfs_path(suite: str | None = None) -> Path:
 
 
 def is_complete(path: Path) -> bool:
-    """True when ``path`` is a finished root filesystem (its stamp file exists)."""
-    return (path / STAMP).is_file() and (path / "bin" / "bash").exists()
+    """True when ``path`` is a finished root filesystem of the current :data:`RECIPE`."""
+    stamp = path / STAMP
+    return stamp.is_file() and stamp.read_text(errors="replace") == RECIPE and (path / "bin" / "bash").exists()
 
 
 def ensure_rootfs(target: Path | None = None, *, packages: tuple[str, ...] = PACKAGES, quiet: bool = False) -> Path:
@@ -211,7 +214,14 @@ def _finish_tree(root: Path) -> None:
     (root / "etc" / "hostname").write_text("sandbox\n")
     (root / "etc" / "hosts").write_text("127.0.0.1\tlocalhost sandbox\n::1\tlocalhost\n")
     (root / "root").mkdir(exist_ok=True)
-    (root / STAMP).write_text("debootstrap minbase\n")
+    # AgentBench's OS image is `FROM ubuntu`, whose current release has a user `ubuntu` (uid and
+    # gid 1000) with a home directory; some problems read /home (dev 8 sizes it with `du`).
+    if not (root / "home" / "ubuntu").exists():
+        _run(
+            ["chroot", str(root), "useradd", "--create-home", "--uid", "1000", "--user-group", "--shell", "/bin/bash", "ubuntu"],
+            quiet=True,
+        )
+    (root / STAMP).write_text(RECIPE)
 
 
 def rootfs_tarball(path: Path | None = None, out: Path | None = None) -> Path:
