@@ -187,6 +187,11 @@ class InProcessSessions:
 _INFRA = (httpx.HTTPError, OSError)
 
 
+def _start_delay(attempt: int) -> float:
+    """Seconds to wait before start retry ``attempt`` while every worker is full: 0.05 s doubling, at most 1 s."""
+    return min(0.05 * 2**attempt, 1.0)
+
+
 class AgentSession:
     """One episode seen from the client: :meth:`start`, then :meth:`act` per assistant message.
 
@@ -202,7 +207,7 @@ class AgentSession:
         *,
         stops: Sequence[Stop] = (),
         start_timeout: float = 0.0,
-        start_delay: Callable[[int], float] = lambda n: min(0.05 * 2**n, 1.0),
+        start_delay: Callable[[int], float] = _start_delay,
     ) -> None:
         self.sessions = sessions
         self.stops = list(stops)
@@ -320,7 +325,7 @@ async def run_episode(
     *,
     stops: Sequence[Stop] = (),
     start_timeout: float = 0.0,
-    start_delay: Callable[[int], float] = lambda n: min(0.05 * 2**n, 1.0),
+    start_delay: Callable[[int], float] = _start_delay,
 ) -> Transcript:
     """Play one episode of ``task`` sample ``index`` with ``policy``; see the module docstring.
 

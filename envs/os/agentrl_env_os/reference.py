@@ -43,7 +43,7 @@ import re
 import shlex
 from typing import Any
 
-from agentrl_envs.schema import function_call
+from agentrl_envs.policy import call_turn, last_tool_output
 
 from .prompts import TRUNCATED
 from .scoring import evaluate_match
@@ -263,19 +263,9 @@ class OSReferencePolicy:
             return self._capture(messages, left)
         return self._call("finish_action", thought="no reference known")
 
-    def _call(self, name: str, **arguments: Any) -> dict[str, Any]:
-        return {"role": "assistant", "content": None, "tool_calls": [function_call(f"ref_{self._turn}", name, arguments)]}
-
     @staticmethod
-    def _last_output(messages: list[dict[str, Any]]) -> str | None:
-        """The newest tool message's content, if the newest turn got one."""
-        for m in reversed(messages):
-            if m.get("role") == "assistant":
-                return None
-            if m.get("role") == "tool":
-                content = m.get("content")
-                return content if isinstance(content, str) else None
-        return None
+    def _call(name: str, **arguments: Any) -> dict[str, Any]:
+        return call_turn(name, arguments)
 
     def _operate(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         assert self.example is not None
@@ -283,7 +273,7 @@ class OSReferencePolicy:
             code = self.example["code"]
             script = code if self.example["language"] == "bash" else f"python3 -c {shlex.quote(code)}"
             return self._call("bash_action", script=script)
-        text, cut = os_text(self._last_output(messages))
+        text, cut = os_text(last_tool_output(messages))
         if text and text.strip() and not cut:
             return self._call("answer_action", answer=text.rstrip("\n"))
         return self._call("finish_action", thought="done")
@@ -294,7 +284,7 @@ class OSReferencePolicy:
             self._asked = True
             plain_max = (left - 1) * self._size
             return self._call("bash_action", script=capture_script(self.example, self._size, plain_max))
-        text, cut = os_text(self._last_output(messages))
+        text, cut = os_text(last_tool_output(messages))
         if self._take(text or ""):
             self._retries = 0
         else:
