@@ -11,13 +11,12 @@ and ``finish_action(thought)`` both end the episode and judge the given text (as
 (:mod:`.scoring`). 8 rounds.
 
 Problems of the ``easy`` splits (:mod:`.make_easy`) carry ``"prompt": "easy"`` (a short system
-prompt, the bare problem as user message) and ``"max_turns": 3``; a sample's ``max_turns`` below
-the task's 8 runs its session with that round limit. Tools and judging are the same.
+prompt, the bare problem as user message) and ``"max_turns": 3``: a session's round limit is the
+``max_turns`` option if set, else its sample's ``max_turns``, else 8. Tools and judging are the same.
 """
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +44,7 @@ class OSConfig(BaseModel):
         memory_mb, pids, cpus: resources of the whole session.
         command_timeout_s: one ``bash_action`` (or init/check script) is interrupted after this.
         max_output_chars: tool output is cut here as AgentBench does (800).
+        max_turns: round limit of every session (unset: the sample's ``max_turns``, else 8).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -56,15 +56,10 @@ class OSConfig(BaseModel):
     cpus: float = Field(1.0, gt=0, description="CPU share of one session (cores).")
     command_timeout_s: float = Field(30.0, gt=0, description="Seconds one command may run.")
     max_output_chars: int = Field(800, gt=20, description="Characters of tool output before truncation.")
+    max_turns: int | None = Field(None, ge=1, description="Round limit of every session (unset: the sample's max_turns, else 8).")
 
     def limits(self) -> SandboxLimits:
         return SandboxLimits(self.memory_mb, self.cpus, self.pids, self.command_timeout_s)
-
-
-@cache
-def with_max_turns(cls: type[Task], max_turns: int) -> type[Task]:
-    """``cls`` with another round limit (the episode loop reads ``type(task).max_turns``)."""
-    return type(cls.__name__, (cls,), {"max_turns": max_turns, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
 class OSTask(Task):
@@ -121,13 +116,6 @@ class OSTask(Task):
         return backend
 
     # ------------------------------------------------------------------ session
-
-    def __new__(cls, sample: dict[str, Any], **kwargs: Any) -> OSTask:
-        """A sample whose ``max_turns`` is below the task's gets a session with that limit."""
-        limit = sample.get("max_turns") if isinstance(sample, dict) else None
-        if type(limit) is int and 0 < limit < cls.max_turns:
-            cls = with_max_turns(cls, limit)  # type: ignore[assignment]
-        return super().__new__(cls)
 
     def __init__(self, sample: dict[str, Any], *, config: BaseModel | None = None, resources: Any = None) -> None:
         super().__init__(sample, config=config, resources=resources)
