@@ -85,16 +85,16 @@ async def check_task(
             raise AgentRLEnvsError(
                 f"the worker serves {len(indices)} samples of {task_cls.name!r}, this checker loaded {len(samples)}: same split/data?"
             )
-        has_reference = [task_cls.reference_policy(sample) is not None for sample in samples]
-        checked = [i for i, known in enumerate(has_reference) if known]
-        missing = [i for i, known in enumerate(has_reference) if not known]
+        references = [task_cls.reference_policy(sample) for sample in samples]  # one fresh policy per episode
+        checked = [i for i, reference in enumerate(references) if reference is not None]
+        missing = [i for i, reference in enumerate(references) if reference is None]
         gate = asyncio.Semaphore(concurrency)
         bar = tqdm(total=len(checked), desc=f"check {task_cls.name}", disable=not progress, unit="sample")
         solved = 0
 
         async def run(i: int) -> SampleCheck:
             nonlocal solved
-            reference = task_cls.reference_policy(samples[i])  # a fresh policy per episode
+            reference = references[i]
             assert reference is not None
             async with gate:
                 t = await run_episode(
