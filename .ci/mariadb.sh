@@ -28,7 +28,9 @@ if ! ping; then
     fi
     install -d -o mysql -g mysql /run/mysqld
     log "starting mariadbd on 127.0.0.1:${PORT}"
-    nohup mysqld_safe --user=mysql --bind-address=127.0.0.1 --port="${PORT}" >/tmp/mariadb.log 2>&1 &
+    # 3>&-: the server must not hold the caller's stdout (fd 3): `line=$(.ci/mariadb.sh)` waits for
+    # every writer of that pipe to close it, so an inherited fd 3 hung CI for its whole 90 minutes.
+    nohup mysqld_safe --user=mysql --bind-address=127.0.0.1 --port="${PORT}" >/tmp/mariadb.log 2>&1 3>&- &
     for _ in $(seq 1 60); do
         ping && break
         sleep 1
