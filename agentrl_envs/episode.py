@@ -8,6 +8,8 @@ Who is at fault decides what happens (see :mod:`agentrl_envs.errors`):
 
 * bad tool call (invalid JSON, unknown tool, wrong or missing arguments) → a tool message the
   model can read; the round counts; the episode goes on;
+* no tool call → :meth:`Task.on_text` answers the text (by default a user message asking for a
+  tool call; a task whose answers are text, like KG's ``Final Answer: #3``, may end the episode);
 * the task raises anything else → the episode ends with status ``task error`` (never scored as
   the model's failure);
 * ``task.turn_limit`` rounds (the session's own limit) without the task finishing → ``task limit reached``, reward 0
@@ -78,7 +80,16 @@ class Episode:
         self.turns += 1
         new: list[dict[str, Any]] = []
         if not calls:
-            new.append({"role": "user", "content": self.task.no_tool_call_message()})
+            text = "\n".join(m.text() for m in parsed if m.role == "assistant")
+            try:
+                reply = await self.task.on_text(text)
+            except ToolCallError as e:
+                reply = f"Error: {e.message}"
+            except Exception as e:  # the task's own fault
+                await self._fail(e, "on_text")
+                return self.output(new)
+            if reply is not None:
+                new.append({"role": "user", "content": reply})
         for call in calls:
             try:
                 content = await self._run_tool(call)

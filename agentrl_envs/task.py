@@ -254,6 +254,15 @@ class Task:
         self.status = status
         self.metrics.update(metrics)
 
+    async def on_text(self, text: str) -> str | None:
+        """Answer an assistant message that calls no tool (``text`` is its content).
+
+        The round counts. Return the user message to send back, or ``None`` for none; a task whose
+        episodes end in text (KG's ``Final Answer: #3``) scores it here and calls :meth:`finish`.
+        A :class:`~agentrl_envs.errors.ToolCallError` raised here is sent back as ``Error: ...``.
+        By default: :meth:`no_tool_call_message`."""
+        return self.no_tool_call_message()
+
     def no_tool_call_message(self) -> str:
         """What the model is told when its message calls no tool (the round still counts)."""
         names = ", ".join(f"`{n}`" for n in self._tool_specs)
