@@ -1,0 +1,77 @@
+"""The reference shopper: search the target's title, page through the results to the target,
+open it, choose the goal's options, buy. It reads every observation (a real policy)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from thefuzz import fuzz
+
+from agentrl_envs.policy import call_turn, last_tool_output
+
+from .reward import normalize_color
+from .shop import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, SUB_PAGES
+
+_BUTTONS = {b.lower() for b in (BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, *SUB_PAGES)}
+#: WebShop shows at most 50 results, 10 a page.
+MAX_PAGES = 5
+
+
+def available_actions(text: str) -> dict[str, Any] | None:
+    """The ``Available Actions`` dict at the end of an observation (``None`` if there is none)."""
+    _, sep, tail = text.rpartition("Available Actions:\n")
+    if not sep:
+        return None
+    try:
+        value = ast.literal_eval(tail.strip())
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class WebShopReference:
+    def __init__(self, goal: dict[str, Any]) -> None:
+        self.goal = goal
+        self.asin = goal["asin"].lower()
+        self.pages_seen = 0
+        self.searched = False
+        self.pending_options: list[str] | None = None
+
+    async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+        observation = last_tool_output(messages)
+        if observation is None:  # the opening page
+            observation = str(messages[-1].get("content", ""))
+        actions = available_actions(observation)
+        if actions is None:
+            return None
+        clickables: list[str] = actions["clickables"]
+        if actions["has_search_bar"]:
+            if self.searched:
+                return None  # back at the search page: the target was not found
+            self.searched = True
+            return call_turn("search_action", {"keywords": self.goal["name"]})
+        if self.asin in clickables:
+            return call_turn("click_action", {"value": self.asin})
+        if BUY_NOW.lower() in clickables:
+            return self._on_item_page([c for c in clickables if c not in _BUTTONS])
+        if NEXT_PAGE.lower() in clickables and self.pages_seen < MAX_PAGES - 1:
+            self.pages_seen += 1
+            return call_turn("click_action", {"value": NEXT_PAGE.lower()})
+        return None
+
+    def _on_item_page(self, option_values: list[str]) -> dict[str, Any]:
+        if self.pending_options is None:
+            self.pending_options = [v for v in (best_option(g, option_values) for g in self.goal["goal_options"]) if v]
+        if self.pending_options:
+            return call_turn("click_action", {"value": self.pending_options.pop(0)})
+        return call_turn("click_action", {"value": BUY_NOW.lower()})
+
+
+def best_option(wanted: str, values: list[str]) -> str | None:
+    """The option value that matches ``wanted`` best under WebShop's option matching (``None`` if none matches)."""
+    if wanted in values:
+        return wanted
+    scored = [(fuzz.token_set_ratio(normalize_color(v), normalize_color(wanted)), -n, v) for n, v in enumerate(values)]
+    best = max(scored, default=None)
+    return best[2] if best is not None and best[0] > 85 else None
