@@ -94,6 +94,12 @@ def _iri(name: str) -> str:
     return f"<{NS}{name}>"
 
 
+def _entity(mid: str) -> str:
+    if not is_entity_id(mid):
+        raise ProgramError(f"not an entity id: {mid!r}")
+    return _iri(mid)
+
+
 def is_entity_id(text: str) -> bool:
     """A Freebase id (``m.0abc``, ``g.11b6``)."""
     return bool(_ID.match(text))
@@ -135,13 +141,13 @@ class _Compiler:
     def patterns(self, p: Program, out: str) -> list[str]:
         """Graph patterns that bind ``out`` to the program's entities."""
         if isinstance(p, Entity):
-            return [f"VALUES {out} {{ {_iri(p.mid)} }}"]
+            return [f"VALUES {out} {{ {_entity(p.mid)} }}"]
         if isinstance(p, Class):
             return [f"{out} {_iri('type.object.type')} {_iri(check_name(p.type))} ."]
         if isinstance(p, Join):
             rel = check_name(p.relation)
             if isinstance(p.child, Entity):
-                return [f"{_iri(p.child.mid)} {_iri(rel)} {out} ."]
+                return [f"{_entity(p.child.mid)} {_iri(rel)} {out} ."]
             src = self.fresh()
             return [*self.patterns(p.child, src), f"{src} {_iri(rel)} {out} ."]
         if isinstance(p, And):
@@ -169,7 +175,7 @@ _LANG = "FILTER (!isLiteral(?x) || lang(?x) = '' || langMatches(lang(?x), 'en'))
 def _where(p: Program) -> str:
     lines = _Compiler().patterns(p, "?x")
     lines.append(_LANG)
-    lines += [f"FILTER (?x != {_iri(mid)})" for mid in entities_of(p)]
+    lines += [f"FILTER (?x != {_entity(mid)})" for mid in entities_of(p)]
     return "\n".join(lines)
 
 
@@ -183,7 +189,7 @@ def select_query(p: Program) -> str:
 def predicates_query(p: Program) -> str:
     """The distinct predicates leaving the program's entities (AgentBench's get_relations/get_attributes)."""
     if isinstance(p, Entity):
-        return f"{_PREFIX}SELECT DISTINCT ?rel WHERE {{ {_iri(p.mid)} ?rel ?obj . }}"
+        return f"{_PREFIX}SELECT DISTINCT ?rel WHERE {{ {_entity(p.mid)} ?rel ?obj . }}"
     return f"{_PREFIX}SELECT DISTINCT ?rel WHERE {{\n{{ SELECT DISTINCT ?x WHERE {{\n{_where(p)}\n}} }}\n?x ?rel ?obj .\n}}"
 
 
