@@ -2,8 +2,8 @@
 
 ``require_docker()`` skips a test when no Docker engine answers, except under ``CI=true``, where
 ``.ci/run`` must have started one (``.ci/docker.sh``) and a missing engine fails the test.
-``built_images`` builds (or reuses, by input hash) the base, controller, worker-db and worker-os
-images once per test session.
+``built_images`` builds (or reuses, by input hash) the base, controller and worker images of
+:data:`TASKS` once per test session.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from agentrl_envs.containers.build import Built, build_all
 from agentrl_envs.containers.engine import docker_client, engine_available
 
-TASKS = ["db", "os"]
+TASKS = ["db", "os", "kg"]
 
 
 def require_docker() -> None:
@@ -36,7 +36,7 @@ def require_docker() -> None:
 
 @pytest.fixture(scope="session")
 def built_images() -> Iterator[dict[str, Built]]:
-    """``{"base": Built, "controller": Built, "worker-db": Built, "worker-os": Built}``, built or reused."""
+    """``{"base": Built, "controller": Built, "worker-db": Built, ...}`` (one worker per task of TASKS), built or reused."""
     require_docker()
     yield {b.name: b for b in build_all(TASKS, log=lambda _: None)}
 

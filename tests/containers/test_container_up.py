@@ -78,6 +78,16 @@ def test_db_and_os_from_containers_pass_check_and_eval(built_images, client, tmp
         model.stop()
 
 
+def test_kg_from_a_container_passes_check(built_images, client):  # noqa: F811
+    with DockerStack(["kg"]) as stack:
+        assert set(stack.health().values()) == {"healthy"}
+        check = subprocess.run(cli("check", "kg", "--controller", stack.url, "--json"), capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr[-2000:]
+        report = json.loads(check.stdout)
+        assert report["solved"] == report["total"] == 36
+    assert not client.containers.list(all=True, filters={"label": f"{STACK_LABEL}={stack.id}"}), "teardown by id"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_up_backend_docker_serves_then_removes_its_containers(built_images, client, sig):  # noqa: F811
     port = free_port()

@@ -1,8 +1,10 @@
 """Two SPARQL stores behind one interface: ``await store.select(query) -> list[str]``.
 
 * :class:`EmbeddedStore`: an in-process pyoxigraph store, loaded once per worker from
-  N-Triples or Turtle and shared read-only by every session. Queries run in a worker thread so a
-  slow one never stalls the event loop.
+  N-Triples or Turtle and shared read-only by every session. Queries run on the event loop:
+  measured on the generated graph of 1,021,120 triples, the tools' queries take 0.13 ms at the
+  median and 0.3 ms at p99 (0.7 ms at most), less than a hop to a worker thread costs
+  (``asyncio.to_thread`` put the step p99 at 6 ms with one session and 63 ms with four).
 * :class:`RemoteStore`: any SPARQL 1.1 HTTP endpoint (Virtuoso with Freebase, as AgentBench
   deploys it; an ``oxigraph serve`` …), over one pooled HTTP client per worker.
 
@@ -13,7 +15,6 @@ stripped from IRIs (``http://rdf.freebase.com/ns/m.0abc`` → ``m.0abc``), as Ag
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 from pathlib import Path
 from typing import Protocol
@@ -83,7 +84,7 @@ class EmbeddedStore:
         return out
 
     async def select(self, query: str) -> list[str]:
-        return await asyncio.to_thread(self.select_sync, query)
+        return self.select_sync(query)
 
     def __len__(self) -> int:
         return len(self.store)
