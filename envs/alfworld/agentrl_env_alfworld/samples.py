@@ -68,7 +68,7 @@ def load_data(path: str | Path) -> list[dict[str, Any]]:
     ``game.tw-pddl`` files, skipping those ALFWorld skips (``movable``/``Sliced`` trials and games
     marked unsolvable), or an AgentBench split file (``data/alfworld/dev.json``:
     ``{category: [json_2.1.1/.../game.tw-pddl, ...]}``) whose paths are relative to
-    ``$ALFWORLD_DATA`` (else to the split file's directory)."""
+    the split file's directory, else to ``$ALFWORLD_DATA``."""
     path = Path(path)
     if path.is_dir():
         files = []
@@ -85,11 +85,13 @@ def load_data(path: str | Path) -> list[dict[str, Any]]:
             raise DataError(f"{path}: not JSON ({e})") from None
         if not isinstance(listing, dict):
             raise DataError(f"{path}: expected AgentBench's split format {{category: [game files]}}")
-        root = Path(os.environ.get("ALFWORLD_DATA") or path.parent)
-        files = [root / rel for rels in listing.values() for rel in rels]
-        missing = [str(f) for f in files if not f.is_file()]
-        if missing:
-            raise DataError(f"{path}: {len(missing)} game files not found under {root}, e.g. {missing[0]} (set ALFWORLD_DATA)")
+        roots = [path.parent] + ([Path(os.environ["ALFWORLD_DATA"])] if os.environ.get("ALFWORLD_DATA") else [])
+        rels = [rel for group in listing.values() for rel in group]
+        root = next((r for r in roots if all((r / rel).is_file() for rel in rels)), None)
+        if root is None:
+            where = " or ".join(str(r) for r in roots)
+            raise DataError(f"{path}: its game files are not all under {where}, e.g. {rels[:1]} (set ALFWORLD_DATA)")
+        files = [root / rel for rel in rels]
     else:
         raise DataError(f"alfworld data {path} does not exist")
     if not files:
