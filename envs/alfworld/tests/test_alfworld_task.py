@@ -101,6 +101,22 @@ async def test_round_limit_is_twenty(runtime: TaskRuntime) -> None:
     await ep.close()
 
 
+def test_generated_splits_cover_all_six_task_types_deterministically() -> None:
+    """`agentrl-envs check alfworld --split dev` (the conformance suite's reference replay, which
+    requires every sample solved) therefore covers every task type."""
+    from collections import Counter
+
+    from agentrl_env_alfworld.samples import load_split
+    from agentrl_env_alfworld.scenes import TASK_TYPES
+
+    dev = load_split("dev")
+    counts = Counter(s["task_type"] for s in dev)
+    assert set(counts) == set(TASK_TYPES) and min(counts.values()) == len(dev) // len(TASK_TYPES) == 4
+    assert {s["floor_plan"] // 100 for s in dev} == {0, 2, 3, 4}  # kitchens, living rooms, bedrooms, bathrooms
+    assert build_game(dev[0]).problem == build_game(dict(dev[0])).problem  # a pure function of the spec
+    assert not {s["floor_plan"] for s in dev} & {s["floor_plan"] for s in load_split("train")[:200]}  # unseen scenes
+
+
 def test_custom_tasks_are_validated() -> None:
     spec = ALFWorldTask.load_samples("dev")[0]
     assert ALFWorldTask.sample_from_custom(spec) == spec
