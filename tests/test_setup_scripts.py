@@ -226,3 +226,25 @@ def test_docker_sh_writes_nothing_to_stdout(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     assert "is up" in proc.stderr
+
+
+def test_kg_sparql_sh_returns_while_its_server_keeps_running(tmp_path: Path) -> None:
+    """A fake Virtuoso that stays up (as the real one does) and chatters on stdout: the script
+    must return its one line at once. A server that inherited the caller's stdout would keep
+    ``line=$(bash .ci/kg-sparql.sh)`` waiting until it exits (here: the test's 120 s timeout),
+    as mariadb.sh once did to CI for its whole 90 minutes."""
+    d = tmp_path / "fakebin"
+    vdir = tmp_path / "virtuoso"
+    write_exe(d / "virtuoso-t", f'#!/bin/sh\necho "{NOISE}"\ntouch "{vdir}/up"\nexec sleep 300\n')
+    write_exe(d / "curl", f'#!/bin/sh\necho "{NOISE}"\ntest -e "{vdir}/up"\n')
+    write_exe(d / "isql-vt", f'#!/bin/sh\necho "isql noise"\necho "{NOISE}"\n')
+    env = env_with(d, AGENTRL_VIRTUOSO_DIR=str(vdir), AGENTRL_VIRTUOSO_HTTP_PORT="8899")
+    try:
+        proc = run(["bash", ".ci/kg-sparql.sh"], env)
+    finally:
+        pid_file = vdir / "virtuoso.pid"
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), 9)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "export AGENTRL_TEST_SPARQL_URL=http://127.0.0.1:8899/sparql\n"
+    assert "starting virtuoso-t" in proc.stderr and NOISE in (vdir / "virtuoso.out").read_text()

@@ -98,12 +98,23 @@ class SparqlEndpointError(RuntimeError):
 
 
 class RemoteStore:
-    """A SPARQL 1.1 Protocol endpoint (``POST`` form ``query=…``, JSON results)."""
+    """A SPARQL 1.1 Protocol endpoint (``POST`` form ``query=…``, JSON results).
 
-    def __init__(self, endpoint: str, *, timeout_s: float = 30.0, max_connections: int = 64) -> None:
+    ``default_graph_uri``: the graph every query reads (the protocol's ``default-graph-uri``),
+    for an endpoint that holds several; unset, the endpoint's own default."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout_s: float = 30.0,
+        max_connections: int = 64,
+        default_graph_uri: str | None = None,
+    ) -> None:
         if not endpoint.startswith(("http://", "https://")):
             raise DataError(f"SPARQL endpoint must be an http(s) URL, got {endpoint!r}")
         self.endpoint = endpoint
+        self.form = {"default-graph-uri": default_graph_uri} if default_graph_uri else {}
         self.client = httpx.AsyncClient(
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
@@ -112,7 +123,7 @@ class RemoteStore:
 
     async def select(self, query: str) -> list[str]:
         try:
-            r = await self.client.post(self.endpoint, data={"query": query})
+            r = await self.client.post(self.endpoint, data={**self.form, "query": query})
         except httpx.HTTPError as e:
             raise SparqlEndpointError(f"SPARQL endpoint {self.endpoint}: {type(e).__name__}: {e}") from e
         if r.status_code != 200:

@@ -41,6 +41,8 @@ class KGConfig(BaseModel):
         backend: ``embedded`` (pyoxigraph in the worker) or ``remote`` (a SPARQL 1.1 endpoint).
         graph: N-Triples/Turtle file for the embedded store (unset: the generated default graph).
         endpoint: URL of the SPARQL endpoint (``remote`` only), e.g. ``http://127.0.0.1:8890/sparql``.
+        default_graph_uri: the graph the queries read (``remote`` only; the SPARQL protocol's
+            ``default-graph-uri``); unset: the endpoint's default (Virtuoso: all its graphs).
         ontology: a directory with AgentBench's ``fb_roles`` and ``vocab.json`` (unset: the
             generated graph's ontology); give AgentBench's own for a real Freebase.
 
@@ -57,6 +59,9 @@ class KGConfig(BaseModel):
     )
     graph: str | None = Field(None, description="N-Triples/Turtle file for the embedded store (unset: the generated graph).")
     endpoint: str | None = Field(None, description="SPARQL 1.1 endpoint URL (backend 'remote').")
+    default_graph_uri: str | None = Field(
+        None, description="Graph the remote queries read (SPARQL default-graph-uri; unset: the endpoint's default)."
+    )
     ontology: str | None = Field(None, description="Directory with AgentBench's fb_roles and vocab.json.")
     one_shot: bool = Field(False, description="Prepend AgentBench's one-shot example.")
     max_turns: int | None = Field(None, ge=1, description="Round limit of every session (unset: the sample's, else 15).")
@@ -68,6 +73,8 @@ class KGConfig(BaseModel):
             raise ValueError("backend 'remote' needs endpoint, e.g. --option endpoint=http://127.0.0.1:8890/sparql")
         if self.backend == "remote" and self.graph:
             raise ValueError("option graph is for the embedded store; a remote endpoint holds its own graph")
+        if self.backend == "embedded" and self.default_graph_uri:
+            raise ValueError("option default_graph_uri is for backend 'remote'")
         return self
 
 
@@ -131,7 +138,9 @@ class KGTask(Task):
         ontology = load_ontology(config.ontology) if config.ontology else GENERATED
         store: SparqlStore
         if config.backend == "remote":
-            store = RemoteStore(config.endpoint or "", timeout_s=config.query_timeout_s)
+            store = RemoteStore(
+                config.endpoint or "", timeout_s=config.query_timeout_s, default_graph_uri=config.default_graph_uri
+            )
         elif config.graph:
             store = EmbeddedStore.from_file(config.graph)
         else:
