@@ -4,11 +4,17 @@ It holds the per-task table, an inline-SVG bar chart of success rate and average
 and every trajectory as a collapsible ``<details>`` with role-coloured messages and tool calls
 shown as name + pretty-printed arguments. Everything that comes from a model or a task is
 HTML-escaped.
+
+A task installed here may draw its own messages: a classmethod ``render_message_html(message)``
+on the task class returning an HTML fragment (the task escapes what it shows) or ``None``. The
+fragment is shown above the message's text, which stays one click away; a task that is not
+installed, returns ``None`` or raises is shown as text.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
@@ -104,12 +110,37 @@ def _content(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False)
 
 
-def _message(message: dict[str, Any]) -> str:
+Renderer = Callable[[dict[str, Any]], str | None]
+
+
+def task_renderer(task: str) -> Renderer | None:
+    """The task's ``render_message_html``, if the task is installed here and has one."""
+    from ..registry import get_task
+
+    try:
+        return getattr(get_task(task), "render_message_html", None)
+    except Exception:  # not installed here (the eval ran against remote workers) or broken
+        return None
+
+
+def _drawn(message: dict[str, Any], render: Renderer | None) -> str | None:
+    if render is None:
+        return None
+    try:
+        return render(message)
+    except Exception:  # a task's drawing must never cost the report
+        return None
+
+
+def _message(message: dict[str, Any], render: Renderer | None = None) -> str:
     role = str(message.get("role", "unknown"))
     label = role + (f" ({message['tool_call_id']})" if message.get("tool_call_id") else "")
     body = f'<div class="role">{escape(label)}</div>'
     text = _content(message.get("content"))
-    if text:
+    drawn = _drawn(message, render)
+    if drawn:
+        body += drawn + (f"<details><summary>as text</summary><pre>{escape(text)}</pre></details>" if text else "")
+    elif text:
         body += f"<pre>{escape(text)}</pre>"
     for call in message.get("tool_calls") or []:
         fn = call.get("function", {})
@@ -120,7 +151,7 @@ def _message(message: dict[str, Any]) -> str:
     return f'<div class="msg {escape(role)}">{body}</div>'
 
 
-def _episode(ep: EpisodeResult) -> str:
+def _episode(ep: EpisodeResult, render: Renderer | None = None) -> str:
     if ep.infra_error:
         cls, verdict = "infra", "infrastructure failure (not scored)"
     else:
@@ -136,7 +167,7 @@ def _episode(ep: EpisodeResult) -> str:
         names = ", ".join(str(t.get("function", {}).get("name", "?")) for t in ep.tools)
         tools = escape(json.dumps(ep.tools, indent=2, ensure_ascii=False))
         parts.append(f"<details><summary>tools: {escape(names)}</summary><pre>{tools}</pre></details>")
-    parts.extend(_message(m) for m in ep.messages)
+    parts.extend(_message(m, render) for m in ep.messages)
     return f'<details class="episode" id="{escape(ep.task)}-{escape(str(ep.index))}">{"".join(parts)}</details>'
 
 
@@ -146,7 +177,8 @@ def render_html(summary: dict[str, Any], episodes: list[EpisodeResult]) -> str:
     sections = []
     for task in summary["tasks"]:
         eps = [ep for ep in episodes if ep.task == task]
-        sections.append(f"<h3>{escape(task)} ({len(eps)} episodes)</h3>" + "".join(_episode(ep) for ep in eps))
+        render = task_renderer(task)
+        sections.append(f"<h3>{escape(task)} ({len(eps)} episodes)</h3>" + "".join(_episode(ep, render) for ep in eps))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>agentrl-envs eval: {model}</title><style>{_CSS}</style></head><body>"
