@@ -72,29 +72,31 @@ def serve(products: int, index_dir: str, queries: int) -> dict[str, Any]:
     shops = asyncio.run(WebShopTask.open_resources(config))
     open_s = time.perf_counter() - start
     rss_open = rss_mb()
-    catalog, index = shops.generated
     goals = [g for split in ("test", "dev", "train") for g in load_split(split)][:queries]
     out: dict[str, Any] = {"open_s": open_s, "rss_before_open_mb": base_rss, "rss_after_open_mb": rss_open}
     for kind, field in (("title", "name"), ("instruction", "instruction_text")):
-        search_s, step_s, found = [], [], 0
-        for goal in goals:
-            t0 = time.perf_counter()
-            hits = index.search(goal[field].lower())
-            search_s.append(time.perf_counter() - t0)
-            found += catalog.index_of(goal["asin"]) in hits
-            task = WebShopTask(goal, config=config, resources=shops)
-            asyncio.run(task.setup())
-            t0 = time.perf_counter()
-            task.search_action(goal[field])
-            step_s.append(time.perf_counter() - t0)
-        out[kind] = {
-            "search": percentiles(search_s),
-            "search_action_step": percentiles(step_s),
-            "target_in_top50": found / len(goals),
-        }
+        out[kind] = asyncio.run(_queries(shops, config, goals, field))
     out["rss_after_queries_mb"] = rss_mb()
     out["peak_rss_mb"] = peak_mb()
     return out
+
+
+async def _queries(shops: Any, config: Any, goals: list[dict[str, Any]], field: str) -> dict[str, Any]:
+    from agentrl_env_webshop import WebShopTask
+
+    catalog, index = shops.generated
+    search_s, step_s, found = [], [], 0
+    for goal in goals:
+        t0 = time.perf_counter()
+        hits = index.search(goal[field].lower())
+        search_s.append(time.perf_counter() - t0)
+        found += catalog.index_of(goal["asin"]) in hits
+        task = WebShopTask(goal, config=config, resources=shops)
+        await task.setup()
+        t0 = time.perf_counter()
+        await task.search_action(goal[field])
+        step_s.append(time.perf_counter() - t0)
+    return {"search": percentiles(search_s), "search_action_step": percentiles(step_s), "target_in_top50": found / len(goals)}
 
 
 def run_child(mode: str, products: int, index_dir: str, queries: int) -> dict[str, Any]:

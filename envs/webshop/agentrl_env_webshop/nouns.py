@@ -1,9 +1,10 @@
 """The nouns and proper nouns of a product name, for the type reward (:func:`.reward.type_reward`).
 
-WebShop tags names with spaCy's ``en_core_web_sm`` and keeps tokens tagged ``NOUN`` or ``PROPN``.
-That model is not on PyPI, so: when ``spacy`` and ``en_core_web_sm`` are importable (``pip install
+WebShop tags names with spaCy's ``en_core_web_lg`` (its ``goal.py`` and AgentBench's copy load
+that model) and keeps tokens tagged ``NOUN`` or ``PROPN``. The model is not on PyPI, so: when
+``spacy`` and ``en_core_web_lg`` (or else ``en_core_web_sm``) are importable (``pip install
 'agentrl-env-webshop[spacy]'`` plus the model) they are used, exactly as WebShop does; otherwise a
-small lexical tagger stands in. It splits like spaCy (words, numbers, punctuation), drops
+small lexical tagger stands in (spaCy itself is not even imported then). It splits like spaCy (words, numbers, punctuation), drops
 closed-class words (determiners, prepositions, pronouns, conjunctions), numbers, punctuation,
 known adjectives (the generated catalog's descriptive words and common ones) and words with
 adjective or adverb endings, and calls the rest nouns. Product names are mostly noun phrases, so
@@ -14,6 +15,7 @@ the goal's own product always scores ``title_score = 1``.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
 from collections.abc import Callable
 
@@ -62,13 +64,22 @@ def lexical_noun_tokens(text: str) -> list[str]:
     return nouns
 
 
+#: spaCy models tried in order: WebShop's ``goal.py`` (and AgentBench's copy) load ``en_core_web_lg``.
+SPACY_MODELS = ("en_core_web_lg", "en_core_web_sm")
+
+
 @functools.lru_cache(maxsize=1)
 def _spacy_tagger() -> Callable[[str], list[str]] | None:
+    # Look for a model before importing spaCy: the import alone pulls in thinc (and torch, when
+    # installed), hundreds of MB and seconds of a worker's start, for nothing without a model.
+    model = next((m for m in SPACY_MODELS if importlib.util.find_spec(m) is not None), None)
+    if model is None:
+        return None
     try:
         import spacy
 
-        nlp = spacy.load("en_core_web_sm")
-    except Exception:  # spaCy or its English model missing: the lexical tagger stands in
+        nlp = spacy.load(model)
+    except Exception:  # spaCy missing or the model unusable: the lexical tagger stands in
         return None
 
     def tag(text: str) -> list[str]:
@@ -78,7 +89,7 @@ def _spacy_tagger() -> Callable[[str], list[str]] | None:
 
 
 def noun_tokens(text: str) -> list[str]:
-    """WebShop's noun list of ``text``: spaCy ``en_core_web_sm`` if installed, else :func:`lexical_noun_tokens`."""
+    """WebShop's noun list of ``text``: spaCy (:data:`SPACY_MODELS`) if a model is installed, else :func:`lexical_noun_tokens`."""
     spacy_tag = _spacy_tagger()
     return spacy_tag(text) if spacy_tag is not None else lexical_noun_tokens(text)
 

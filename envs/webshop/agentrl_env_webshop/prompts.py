@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 from typing import Any
+
+OPENING_HEAD = "The initial observation:\n"
+OBSERVATION_HEAD = "\n\nObservation:\n"
+_ACTIONS_HEAD = "\n\nAvailable Actions:\n"
 
 SYSTEM_PROMPT = """
 You are web shopping.
@@ -23,10 +28,22 @@ You should always use a tool, even if you have questions to confirm. You can use
 def opening_messages(observation: str, available_actions: str) -> list[dict[str, Any]]:
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"The initial observation:\n{observation}\n\nAvailable Actions:\n{available_actions}"},
+        {"role": "user", "content": f"{OPENING_HEAD}{observation}{_ACTIONS_HEAD}{available_actions}"},
     ]
 
 
 def tool_output(action: str, observation: str, available_actions: str) -> str:
     """What a tool call returns: AgentBench's ``Action: … Observation: … Available Actions: …``."""
-    return f"Action: {action}\n\nObservation:\n{observation}\n\nAvailable Actions:\n{available_actions}"
+    return f"Action: {action}{OBSERVATION_HEAD}{observation}{_ACTIONS_HEAD}{available_actions}"
+
+
+def split_available_actions(text: str) -> tuple[str, dict[str, Any]] | None:
+    """``(text before, the Available Actions dict)`` of a message in these formats, or ``None``."""
+    head, sep, tail = text.rpartition(_ACTIONS_HEAD)
+    if not sep:
+        return None
+    try:
+        value = ast.literal_eval(tail.strip())
+    except (ValueError, SyntaxError):
+        return None
+    return (head, value) if isinstance(value, dict) and "clickables" in value else None

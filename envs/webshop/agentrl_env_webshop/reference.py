@@ -3,13 +3,13 @@ open it, choose the goal's options, buy. It reads every observation (a real poli
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 from thefuzz import fuzz
 
 from agentrl_envs.policy import call_turn, last_tool_output
 
+from .prompts import split_available_actions
 from .reward import normalize_color
 from .shop import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, SUB_PAGES
 
@@ -20,14 +20,8 @@ MAX_PAGES = 5
 
 def available_actions(text: str) -> dict[str, Any] | None:
     """The ``Available Actions`` dict at the end of an observation (``None`` if there is none)."""
-    _, sep, tail = text.rpartition("Available Actions:\n")
-    if not sep:
-        return None
-    try:
-        value = ast.literal_eval(tail.strip())
-    except (ValueError, SyntaxError):
-        return None
-    return value if isinstance(value, dict) else None
+    found = split_available_actions(text)
+    return found[1] if found is not None else None
 
 
 class WebShopReference:

@@ -105,7 +105,7 @@ class SearchIndex:
         query = tantivy.Query.boolean_query(
             [(should, tantivy.Query.term_query(self._schema, "contents", t, index_option="freq")) for t in terms]
         )
-        hits = self._searcher.search(query, k).hits
+        hits = self._searcher.search(query, k, count=False).hits
         return [self._searcher.doc(address)["id"][0] for _score, address in hits]
 
     @property

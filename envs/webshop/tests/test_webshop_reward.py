@@ -131,3 +131,18 @@ def test_lexical_tagger_keeps_nouns_and_drops_adjectives_numbers_and_function_wo
         "ab",
         "women",
     ]
+
+
+def test_options_are_counted_per_goal_option_as_webshop_does():
+    # WebShop's get_option_reward loops over the goal's options and counts one that any chosen
+    # option matches: one chosen "red" matches both "ruby red" and "red" (both normalize to
+    # "red"), so 2 of 2; "dark red" normalizes to "dark" ("dark" precedes "red" in COLOR_SET).
+    assert option_matches(["red"], ["ruby red", "red"]) == 2
+    assert option_matches(["red"], ["dark red"]) == 0
+    r = reward(product(), goal(goal_options=["ruby red", "red"]), price=30.0, options={"color": "red"})
+    # attributes 2 of 3, options 2 of 2, price 30 > 20: (2 + 2 + 0) / 6, type 1
+    assert (r.attribute_matches, r.option_matches, r.r_price, r.r_option) == (2, 2, False, 1.0)
+    assert r.reward == pytest.approx(4 / 6)
+    # no goal options: r_option is None (WebShop leaves it out of its info), the total has 1 part fewer
+    r = reward(product(), goal(goal_options=[]), price=5.0, options={"size": "large"})
+    assert r.r_option is None and r.option_matches == 0 and r.reward == pytest.approx((2 + 0 + 1) / 4)

@@ -37,12 +37,12 @@ def test_tools_are_agentbench_s():
 async def test_tool_output_format_and_invalid_click(runtime):
     task = await started(runtime)
     goal = task.sample
-    out = task.search_action(goal["name"])
+    out = await task.search_action(goal["name"])
     head, _, rest = out.partition("\n\nObservation:\n")
     assert head == f"Action: search[{goal['name']}]"
     assert rest.startswith("Instruction: [SEP] ")
     assert goal["asin"].lower() in actions_of(out)["clickables"]
-    bad = task.click_action("add to cart")
+    bad = await task.click_action("add to cart")
     assert 'Observation:\nInvalid action: "add to cart" is not a clickable value on this page. Nothing happened.' in bad
     assert actions_of(bad) == actions_of(out) and not task.done
 
@@ -51,9 +51,9 @@ async def test_buying_the_target_without_its_options_scores_the_parts(runtime):
     task = await started(runtime, 1)
     goal = task.sample
     assert goal["goal_options"], "dev sample 1 has options"
-    task.search_action(goal["name"])
-    task.click_action(goal["asin"])
-    out = task.click_action("buy now")
+    await task.search_action(goal["name"])
+    await task.click_action(goal["asin"])
+    out = await task.click_action("buy now")
     n_att, n_opt = len(goal["attributes"]), len(goal["goal_options"])
     expected = (n_att + 0 + 1) / (n_att + n_opt + 1)
     assert task.done and task.reward == expected
@@ -68,9 +68,9 @@ async def test_buying_another_kind_of_product_scores_less(runtime):
     goal = task.sample
     catalog, _ = runtime.resources.generated
     other = next(catalog.product(i) for i in range(len(catalog)) if catalog.product(i)["query"] != goal["query"])
-    task.search_action(other["Title"])
-    task.click_action(other["asin"])
-    task.click_action("buy now")
+    await task.search_action(other["Title"])
+    await task.click_action(other["asin"])
+    await task.click_action("buy now")
     assert task.done and task.reward < 0.5
     assert task.metrics["correct_product"] is False and task.metrics["query_match"] is False
 
