@@ -4,9 +4,8 @@ The model sees AgentBench's prompt and the shop's opening page, then acts with
 ``search_action(keywords)`` and ``click_action(value)`` (20 rounds). Buying (``buy now``) ends
 the episode with WebShop's reward (:mod:`.reward`); its parts go into the episode's metrics.
 Both tools run on the worker's event loop (``async def``): tantivy holds the GIL while it searches
-(about 1 ms at 100,000 products, 5-10 ms at 1,000,000), so a worker thread would only add a hop
-and contention (``benchmarks/env_step.py``: search p99 44 ms in threads vs 11 ms on the loop, 8
-episodes at a time on 2 cores, 100,000 products).
+(about 1 ms at 100,000 products, 6-8 ms at 1,000,000), so a worker thread would only add a hop
+and contention (README, Performance).
 
 Every session of a worker shares one catalog and its search index (:class:`Shops`): the generated
 catalog of ``products`` products (option ``products``; goals target its first 1,000, so any size
