@@ -1,14 +1,16 @@
 """Environment step latency of any task: start (reset) and every tool call, episodes/s, memory.
 
     python benchmarks/env_step.py --task kg [--split dev | --data FILE] [--option k=v ...]
-        [--episodes 200] [--concurrency 8] [--label NAME] [--out FILE]
+        [--episodes 200] [--concurrency 8] [--warmup 0] [--label NAME] [--out FILE]
 
 Plays the task's reference policies in this process (the task's own runtime, as a worker holds
 it, without HTTP: the controller and worker have their own benchmark, ``controller_load.py``),
 ``--concurrency`` episodes at a time, cycling over the samples that have a reference. Every
 ``start`` and every ``interact`` is timed, the latter keyed by the tool called (``text`` for a
-message without a call, e.g. KG's final answer). Memory is this process's resident set (VmRSS)
-before the task's resources open, after, and at the end: what a worker serving the task holds.
+message without a call, e.g. KG's final answer). ``--warmup N`` plays N episodes first, untimed
+(a task's first load of each sample, its caches), so the figures are of a warm worker. Memory is
+this process's resident set (VmRSS) before the task's resources open, after, and at the end:
+what a worker serving the task holds.
 
 Results go to ``benchmarks/results/env_step_<task>[_<label>].json`` and a summary is printed.
 Options are the task's (``agentrl-envs describe``), e.g. ``--option backend=remote --option
@@ -103,8 +105,6 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"task {args.task!r}: no sample of this split has a reference policy")
     sessions = TimedSessions(runtime)
     queue: asyncio.Queue[int] = asyncio.Queue()
-    for n in range(args.episodes):
-        queue.put_nowait(indices[n % len(indices)])
     rewards: list[float] = []
     done = 0
     last_print = time.monotonic()
@@ -121,6 +121,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 last_print = time.monotonic()
                 print(f"  {done}/{args.episodes} episodes", file=sys.stderr)
 
+    for n in range(args.warmup):
+        queue.put_nowait(indices[n % len(indices)])
+    await asyncio.gather(*(player() for _ in range(args.concurrency)))
+    rewards.clear()
+    sessions.starts.clear()
+    sessions.steps.clear()
+    for n in range(args.episodes):
+        queue.put_nowait(indices[(args.warmup + n) % len(indices)])
     t1 = time.perf_counter()
     cpu0 = time.process_time()
     await asyncio.gather(*(player() for _ in range(args.concurrency)))
@@ -138,6 +146,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "options": options,
         "episodes": len(rewards),
         "concurrency": args.concurrency,
+        "warmup_episodes": args.warmup,
         "solved": sum(r == 1.0 for r in rewards),
         "episodes_per_s": round(len(rewards) / wall, 2),
         "steps_per_s": round(len(all_steps) / wall, 1),
@@ -159,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a task option (repeatable)")
     ap.add_argument("--episodes", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=0, help="episodes played untimed first")
     ap.add_argument("--label", default=None, help="suffix of the result file, e.g. 'remote-1m'")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
