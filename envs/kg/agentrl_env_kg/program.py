@@ -52,11 +52,17 @@ class Class:
 
 @dataclass(frozen=True)
 class Join:
+    """``(JOIN (R relation) child)``: the objects of ``relation`` from ``child``'s entities (what
+    ``get_neighbors`` builds); ``forward``: ``(JOIN relation child)``, the subjects whose
+    ``relation`` points at them (GrailQA writes both)."""
+
     relation: str
     child: Program
+    forward: bool = False
 
     def lisp(self) -> str:
-        return f"(JOIN (R {self.relation}) {self.child.lisp()})"
+        rel = self.relation if self.forward else f"(R {self.relation})"
+        return f"(JOIN {rel} {self.child.lisp()})"
 
 
 @dataclass(frozen=True)
@@ -145,11 +151,12 @@ class _Compiler:
         if isinstance(p, Class):
             return [f"{out} {_iri('type.object.type')} {_iri(check_name(p.type))} ."]
         if isinstance(p, Join):
-            rel = check_name(p.relation)
+            rel = _iri(check_name(p.relation))
             if isinstance(p.child, Entity):
-                return [f"{_entity(p.child.mid)} {_iri(rel)} {out} ."]
+                src = _entity(p.child.mid)
+                return [f"{out} {rel} {src} ." if p.forward else f"{src} {rel} {out} ."]
             src = self.fresh()
-            return [*self.patterns(p.child, src), f"{src} {_iri(rel)} {out} ."]
+            return [*self.patterns(p.child, src), f"{out} {rel} {src} ." if p.forward else f"{src} {rel} {out} ."]
         if isinstance(p, And):
             return [*self.patterns(p.left, out), *self.patterns(p.right, out)]
         if isinstance(p, Arg):
@@ -235,9 +242,11 @@ def _build(node) -> Program:
     op, *args = node
     if op == "JOIN" and len(args) == 2:
         rel, child = args
-        if isinstance(rel, list) and len(rel) == 2 and rel[0] == "R":
+        if isinstance(rel, list) and len(rel) == 2 and rel[0] == "R" and isinstance(rel[1], str):
             return Join(rel[1], _build(child))
-        raise ProgramError("only (JOIN (R relation) x) is supported; write forward joins through the reverse relation")
+        if isinstance(rel, str):
+            return Join(rel, _build(child), forward=True)
+        raise ProgramError(f"JOIN expects a relation or (R relation), got {rel!r}")
     if op == "AND" and len(args) == 2:
         return And(_build(args[0]), _build(args[1]))
     if op == "COUNT" and len(args) == 1:
