@@ -6,6 +6,7 @@
     agentrl-envs up --backend docker [--tasks db,os]      the same as containers (images from `build`)
     agentrl-envs build [TASK ...]                         base, controller and worker images, built locally
     agentrl-envs list                                     tasks, splits, sizes
+    agentrl-envs describe TASK [--json]                   a task's splits, limits, tools and options
     agentrl-envs check TASK [--split S | --data PATH] [--json] [--min-rate R]
     agentrl-envs eval --tasks db[,os] [--split dev] [--limit N] [--model M] [--base-url URL] ...
     agentrl-envs serve-model [--host H] [--port P] [--model PATH]
@@ -24,6 +25,7 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 import threading
 from typing import Any
 
@@ -139,6 +141,71 @@ def cmd_list(a: argparse.Namespace) -> int:
     print(f"{'task':<12}{'split':<10}{'samples':>8}  {'turns':>5}  tools")
     for r in rows:
         print(f"{r['task']:<12}{r['split']:<10}{r['samples']!s:>8}  {r['max_turns']:>5}  {', '.join(r['tools'])}")
+    return 0
+
+
+def describe_task(name: str) -> dict[str, Any]:
+    """What a user needs to run task ``name``: its splits and sizes, limits, tools and options."""
+    import inspect
+
+    from .registry import get_task
+
+    cls = get_task(name)
+    splits: dict[str, Any] = {}
+    for split in cls.splits:
+        try:
+            splits[split] = len(cls.load_samples(split=split))
+        except Exception as e:  # report, do not hide the rest
+            splits[split] = f"error: {e}"
+    options = []
+    for key, field in cls.Config.model_fields.items():
+        kind = field.annotation.__name__ if isinstance(field.annotation, type) else str(field.annotation)
+        options.append(
+            {
+                "name": key,
+                "type": kind.replace("typing.", ""),
+                "default": None if field.is_required() else field.get_default(call_default_factory=True),
+                "required": field.is_required(),
+                "description": field.description or "",
+                "env": f"AGENTRL_{name.upper().replace('-', '_')}_{key.upper()}",
+            }
+        )
+    doc = inspect.getdoc(inspect.getmodule(cls)) or inspect.getdoc(cls) or ""
+    return {
+        "task": name,
+        "module": cls.__module__,
+        "summary": doc.split("\n\n")[0].replace("\n", " ").replace("``", "`"),
+        "splits": splits,
+        "max_turns": cls.max_turns,
+        "concurrency": cls.concurrency,
+        "tools": cls.tool_definitions(),
+        "options": options,
+    }
+
+
+def cmd_describe(a: argparse.Namespace) -> int:
+    info = describe_task(a.task)
+    if a.json:
+        print(json.dumps(info, indent=2, default=str))
+        return 0
+    print(f"{info['task']}  ({info['module']})")
+    if info["summary"]:
+        print(textwrap.fill(info["summary"], 100))
+    print()
+    print("splits:   " + (", ".join(f"{k} ({v})" for k, v in info["splits"].items()) or "none (give --data)"))
+    print(f"rounds:   {info['max_turns']} per episode; up to {info['concurrency']} sessions per worker")
+    print("tools:")
+    for t in info["tools"]:
+        fn = t["function"]
+        params = fn.get("parameters", {}).get("properties", {})
+        args = ", ".join(f"{k}: {v.get('type', '?')}" for k, v in params.items())
+        print(f"  {fn['name']}({args})  {fn.get('description', '').splitlines()[0] if fn.get('description') else ''}")
+    print("options:  (--option KEY=VALUE, or the environment variable shown)" if info["options"] else "options:  none")
+    for o in info["options"]:
+        default = "required" if o["required"] else f"default {o['default']!r}"
+        print(f"  {o['name']}: {o['type']}, {default}  [{o['env']}]")
+        if o["description"]:
+            print(textwrap.indent(textwrap.fill(o["description"], 92), "      "))
     return 0
 
 
@@ -261,6 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("list", help="list installed tasks, their splits and sizes")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_list)
+
+    sp = sub.add_parser("describe", help="a task's splits, limits, tools and options (--option KEY=VALUE)")
+    sp.add_argument("task")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_describe)
 
     sp = sub.add_parser("check", help="replay every sample's reference solution; exit 1 below --min-rate")
     sp.add_argument("task")

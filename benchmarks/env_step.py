@@ -13,7 +13,7 @@ this process's resident set (VmRSS) before the task's resources open, after, and
 what a worker serving the task holds.
 
 Results go to ``benchmarks/results/env_step_<task>[_<label>].json`` and a summary is printed.
-Options are the task's (``agentrl-envs describe``), e.g. ``--option backend=remote --option
+Options are the task's (``agentrl-envs describe TASK``), e.g. ``--option backend=remote --option
 endpoint=http://127.0.0.1:8890/sparql`` for KG's remote store.
 """
 

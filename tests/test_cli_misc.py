@@ -1,4 +1,4 @@
-"""`agentrl-envs list` and `agentrl-envs serve-model` as a user runs them."""
+"""`agentrl-envs list`, `describe` and `serve-model` as a user runs them."""
 
 from __future__ import annotations
 
@@ -24,6 +24,27 @@ def test_list_shows_tasks_splits_sizes_and_tools(capsys):
     assert main(["list"]) == 0
     table = capsys.readouterr().out
     assert "db" in table and "execute_sql, commit_final_answer" in table
+
+
+def test_describe_shows_a_tasks_splits_tools_and_the_options_it_accepts(capsys):
+    assert main(["describe", "db", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["task"] == "db" and info["splits"]["dev"] == 60 and info["max_turns"] == 15
+    assert [t["function"]["name"] for t in info["tools"]] == ["execute_sql", "commit_final_answer"]
+    backend = next(o for o in info["options"] if o["name"] == "backend")
+    assert backend["default"] == "sqlite" and backend["env"] == "AGENTRL_DB_BACKEND" and not backend["required"]
+    # every option listed is one --option accepts, and no other
+    from agentrl_envs.cli import task_options
+
+    names = {o["name"] for o in info["options"]}
+    assert task_options("db", [f"{n}=x" for n in names]).keys() == names
+    with pytest.raises(Exception, match="has no option"):
+        task_options("db", ["no_such_option=1"])
+    assert main(["describe", "echo"]) == 0
+    text = capsys.readouterr().out
+    assert "echo(text: string)" in text and "options:  none" in text and "dev (8)" in text
+    assert main(["describe", "nosuchtask"]) == 2
+    assert "unknown task 'nosuchtask'; installed tasks: " in capsys.readouterr().err
 
 
 @pytest.mark.model
