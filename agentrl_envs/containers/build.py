@@ -10,9 +10,10 @@ Images (tags are the first 12 hex digits of a hash of the image's inputs; ``late
 
 The Dockerfiles take ``ARG BASE_IMAGE`` and a build context holding ``wheels/``: wheels of
 agentrl-envs and of the task package, built here with ``pip wheel --no-deps``. Their dependencies
-come from PyPI inside ``docker build`` (``deps="pypi"``, host network), or are downloaded on the
+come from PyPI inside ``docker build`` (``deps="pypi"``, host network), or are fetched on the
 host into ``wheels/`` and installed with ``--no-index`` (``deps="host"``: for an image whose pip
-cannot reach PyPI itself). Building needs a source checkout (``pyproject.toml`` next to the
+cannot reach PyPI itself). The host runs ``pip wheel``, not ``pip download``: a dependency published
+as source only (ALFWorld's ``fast-downward-textworld``) is compiled here, so images need no compiler. Building needs a source checkout (``pyproject.toml`` next to the
 packages), the docker SDK and an engine.
 """
 
@@ -160,7 +161,8 @@ def _wheels(projects: Iterable[Path], dest: Path, deps: Deps, log: Log) -> None:
         # Same interpreter version as the base image's python3 (both 3.11 on Debian bookworm).
         # agentrl-envs with its docker extra: a worker whose sessions are containers needs the SDK.
         reqs = [f"{w}[docker]" if w.name.startswith("agentrl_envs-") else str(w) for w in sorted(dest.glob("*.whl"))]
-        _pip("download", "-q", "-d", str(dest), *reqs, log=log)
+        # `pip wheel`: wheels are copied as they are, source-only packages are built here (pip caches the build).
+        _pip("wheel", "-q", "-w", str(dest), *reqs, log=log)
 
 
 def build_image(

@@ -27,6 +27,14 @@ from typing import Any
 from .engine import GameSlot, Observation
 
 
+def available_cores() -> int:
+    """The cores this process may run on (``taskset``, cgroup cpusets), not the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 class EngineError(RuntimeError):
     """The engine process failed (died, or the engine raised): the session cannot go on."""
 
@@ -173,7 +181,7 @@ class EnginePool:
     """Engine processes shared by one worker's sessions (``Task.open_resources``)."""
 
     def __init__(self, processes: int | None = None) -> None:
-        self.size = (os.cpu_count() or 1) if processes is None else processes
+        self.size = available_cores() if processes is None else processes
         self._ctx = multiprocessing.get_context("spawn")
         self._processes: list[Any] = []
         self._guard = threading.Lock()

@@ -70,3 +70,19 @@ def test_agentbench_logic_is_alfworld_2_1_1():
     start = domain2.index("(:action help")
     help_action = domain2[start : domain2.index("\n)\n", start) + 3]
     assert domain2.replace(help_action, "").split() == domain.split()
+
+
+def test_default_engine_processes_are_the_cores_this_process_may_run_on():
+    """Unset ``processes``: one engine process per core the worker may use (``taskset``, a
+    container's cpuset), not per core of the machine."""
+    import os
+
+    from agentrl_env_alfworld.pool import EnginePool
+
+    allowed = os.sched_getaffinity(0)
+    assert EnginePool().size == len(allowed) and EnginePool(3).size == 3
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        assert EnginePool().size == 1
+    finally:
+        os.sched_setaffinity(0, allowed)
