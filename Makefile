@@ -1,4 +1,4 @@
-# Quickstart: `make eval` (set up, then evaluate the embedded model on the DB task) and
+# Quickstart: `make eval` (set up, then evaluate the embedded model on the DB task's easy split) and
 # `make test` (set up, then the whole test suite). Both create or reuse .venv.
 
 PYTHON ?= python3
@@ -7,7 +7,14 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 COMPAT := $(VENV)/.installed-compat
-LIMIT  ?= 3
+# `make eval`: the embedded 135M model on 20 samples of the DB task's held-out easy split (short,
+# spelled-out problems it can solve), one tool call per turn under the built-in server's grammar.
+# `make eval SPLIT=dev` evaluates the whole dev split (LIMIT=N: its first N samples).
+SPLIT  ?= easy-test
+ifeq ($(SPLIT),easy-test)
+LIMIT  ?= 20
+endif
+TOOL_CHOICE ?= required
 # The embedded 135M model writes ~12 tokens/s on 2 CPU cores: short turns keep `make eval` quick.
 MAX_TOKENS ?= 64
 OUTPUT ?= runs/eval
@@ -37,7 +44,8 @@ $(COMPAT): $(STAMP)
 install: $(STAMP)
 
 eval: install
-	$(BIN)/agentrl-envs eval --tasks db --split dev --limit $(LIMIT) --max-tokens $(MAX_TOKENS) --output $(OUTPUT)
+	$(BIN)/agentrl-envs eval --tasks db --split $(SPLIT) $(if $(LIMIT),--limit $(LIMIT)) --max-tokens $(MAX_TOKENS) \
+		--tool-choice $(TOOL_CHOICE) --output $(OUTPUT)
 
 test: install $(COMPAT)
 	$(BIN)/python -m pytest -q -p no:cacheprovider

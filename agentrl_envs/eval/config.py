@@ -5,7 +5,7 @@ Parameters
 What to evaluate
     ``tasks``, ``split``, ``limit``, ``task_options``.
 Which model
-    ``model``, ``base_url``, ``api_key``, ``temperature``, ``max_tokens``, ``seed``.
+    ``model``, ``base_url``, ``api_key``, ``temperature``, ``max_tokens``, ``seed``, ``tool_choice``.
 Where the environments run
     ``controller`` (``None``: the embedded stack is started by :func:`agentrl_envs.eval.run_eval`).
 How the run behaves
@@ -50,6 +50,13 @@ class EvalConfig:
     temperature: float = field(default=0.0, metadata=_help("Sampling temperature of every model call."))
     max_tokens: int = field(default=256, metadata=_help("Completion tokens per turn."))
     seed: int | None = field(default=None, metadata=_help("Sampling seed passed to the model API (None: not sent)."))
+    tool_choice: str | None = field(
+        default=None,
+        metadata=_help(
+            "OpenAI tool_choice sent with the tools: 'auto', 'required' (the built-in server then samples one well-formed"
+            " call under its grammar) or 'none' (None: not sent)."
+        ),
+    )
     max_turns: int | None = field(
         default=100,
         metadata=_help(
@@ -85,6 +92,8 @@ class EvalConfig:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
         if self.max_turns is not None and self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1 or None, got {self.max_turns}")
+        if self.tool_choice is not None and self.tool_choice not in ("auto", "required", "none"):
+            raise ValueError(f"tool_choice must be 'auto', 'required' or 'none', got {self.tool_choice!r}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.output is not None:

@@ -130,6 +130,8 @@ class ChatPolicy:
         }
         if tools:
             request["tools"] = tools
+            if self.config.tool_choice is not None:
+                request["tool_choice"] = self.config.tool_choice
         if self.config.seed is not None:
             request["seed"] = self.config.seed
         return request

@@ -35,7 +35,7 @@ import torch
 from ..schema import Message, ToolDefinition, Usage
 from .errors import BadModelRequestError, ContextLengthError, ModelLoadError
 from .grammar import ToolCallGrammar
-from .toolcalls import forced_call_prefix, parse_completion, render_prompt, template_supports_tools
+from .toolcalls import parse_completion, render_prompt, template_supports_tools
 
 log = logging.getLogger(__name__)
 
@@ -434,57 +434,44 @@ class TransformersEngine:
         ``usage.completion_tokens`` counts the stop token too.
 
         ``tool_choice`` (OpenAI's): ``"required"`` or ``{"type": "function", "function":
-        {"name": ...}}`` forces a call by writing ``<tool_call>\n{"name": "<tool>", "arguments": ``
-        into the answer before sampling the rest; for ``"required"`` the tool is the one the model
-        finds likeliest (greedy) or drawn by its likelihood (sampling). The forced tokens count as
-        completion tokens. Other values (``None``, ``"auto"``, ``"none"``) force nothing; so does
-        a chat template with its own tool format.
+        {"name": ...}}`` samples the answer under the tool-call grammar (:mod:`.grammar`, xgrammar):
+        exactly one call to one of the tools (the named one), its arguments JSON that fits the
+        tool's parameters, so the call is well-formed unless ``max_tokens`` runs out first
+        (``finish_reason == "length"``). Which tool and which values are still the model's choice.
+        Other values (``None``, ``"auto"``, ``"none"``) constrain nothing; neither does a chat
+        template with its own tool format.
         """
         prompt_ids = self.encode_prompt(messages, tools)
         tool_names = [t.function.name for t in tools] if tools else None
-        forced = ""
-        if tool_names and not template_supports_tools(self.tokenizer):
-            forced = self._forced_call_prefix(prompt_ids, tool_names, tool_choice, temperature, seed)
-        forced_ids = list(self.tokenizer(forced, add_special_tokens=False)["input_ids"]) if forced else []
-        completion_ids, _ = self.generate_tokens(
-            prompt_ids + forced_ids, max(max_tokens - len(forced_ids), 1), temperature, top_p, seed
-        )
-        message = self.decode_completion(forced_ids + completion_ids, tool_names)
+        forced = self._forced_tools(tools, tool_choice) if tools and not template_supports_tools(self.tokenizer) else None
+        if forced:
+            grammar = self.tool_call_grammar()
+            [(completion_ids, _)] = self.generate_batch(
+                [prompt_ids], max_tokens, temperature, top_p, seed, matchers=[grammar.matcher(forced)], grammar=grammar
+            )
+        else:
+            completion_ids, _ = self.generate_tokens(prompt_ids, max_tokens, temperature, top_p, seed)
+        message = self.decode_completion(completion_ids, tool_names)
         stopped = bool(completion_ids) and completion_ids[-1] in self.stop_token_ids
         finish: FinishReason = "length" if not stopped else "tool_calls" if message.tool_calls else "stop"
-        n_completion = len(forced_ids) + len(completion_ids)
-        usage = Usage(prompt_tokens=len(prompt_ids), completion_tokens=n_completion, total_tokens=len(prompt_ids) + n_completion)
+        usage = Usage(
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=len(completion_ids),
+            total_tokens=len(prompt_ids) + len(completion_ids),
+        )
         return ChatGeneration(message, finish, usage)
 
-    def _forced_call_prefix(
-        self, prompt_ids: list[int], tool_names: list[str], tool_choice: Any, temperature: float, seed: int | None
-    ) -> str:
-        """The forced start of the answer for ``tool_choice`` ("" when nothing is forced)."""
+    @staticmethod
+    def _forced_tools(tools: Sequence[ToolDefinition], tool_choice: Any) -> list[ToolDefinition] | None:
+        """The tools a call must be made to for ``tool_choice`` (``None``: no call is forced)."""
         if isinstance(tool_choice, dict):
             name = (tool_choice.get("function") or {}).get("name")
-            if name not in tool_names:
-                raise BadModelRequestError(f"tool_choice names {name!r}, which is not among the tools {tool_names}")
-            return forced_call_prefix(name)
-        if tool_choice != "required":
-            return ""
-        if len(tool_names) == 1:
-            return forced_call_prefix(tool_names[0])
-        scores = torch.tensor([self._sequence_logprob(prompt_ids, forced_call_prefix(n)) for n in tool_names])  # (K,)
-        if temperature <= 0:
-            return forced_call_prefix(tool_names[int(torch.argmax(scores))])
-        generator = torch.Generator().manual_seed(seed if seed is not None else secrets.randbits(63))
-        pick = int(torch.multinomial(torch.softmax(scores / temperature, dim=-1), 1, generator=generator))
-        return forced_call_prefix(tool_names[pick])
-
-    @torch.inference_mode()
-    def _sequence_logprob(self, prompt_ids: list[int], text: str) -> float:
-        """log p(text | prompt) under the model (one forward pass)."""
-        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        with self._lock:
-            full = torch.tensor([prompt_ids + ids], dtype=torch.long)  # (1, P + N)
-            logits = self.model(input_ids=full, logits_to_keep=len(ids) + 1).logits[0, :-1].float()  # (N, V)
-        logp = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids)[:, None])  # (N, 1)
-        return float(logp.sum())
+            named = [t for t in tools if t.function.name == name]
+            if not named:
+                names = [t.function.name for t in tools]
+                raise BadModelRequestError(f"tool_choice names {name!r}, which is not among the tools {names}")
+            return named
+        return list(tools) if tool_choice == "required" else None
 
     # ------------------------------------------------------------------ weights
 

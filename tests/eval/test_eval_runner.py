@@ -134,6 +134,16 @@ async def test_explicit_model_name_and_seed_are_sent(controller, model):
     assert result.model == "my-model"
     request = fake_model.requests[0]
     assert (request["model"], request["seed"], request["max_tokens"], request["temperature"]) == ("my-model", 7, 32, 0.5)
+    assert "tool_choice" not in request  # not sent unless asked for
+
+
+async def test_tool_choice_is_sent_with_the_tools_when_given(controller, model):
+    _, url = controller
+    fake_model, base_url = model()
+    await evaluate(config(url, base_url, limit=1, tool_choice="required"))
+    assert fake_model.requests and all(r["tool_choice"] == "required" and r["tools"] for r in fake_model.requests)
+    with pytest.raises(ValueError, match="tool_choice"):
+        config(url, base_url, tool_choice="sometimes")
 
 
 def test_assistant_message_keeps_raw_arguments_and_none_content():

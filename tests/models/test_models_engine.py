@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentrl_envs.models.engine import TransformersEngine
@@ -142,20 +144,36 @@ COMMIT_TOOL = ToolDefinition(
 DB_QUESTION = [Message(role="user", content="Table employees(id, name). How many employees are there?")]
 
 
-def test_tool_choice_required_forces_a_call_to_a_known_tool(engine: TransformersEngine) -> None:
-    message, finish, usage = engine.generate(
-        DB_QUESTION, [SQL_TOOL, COMMIT_TOOL], max_tokens=24, temperature=0, tool_choice="required"
-    )
-    assert message.tool_calls, message
-    assert message.tool_calls[0].function.name in ("execute_sql", "commit_final_answer")
-    assert finish in ("tool_calls", "length")
-    assert usage.completion_tokens <= 24
+def test_tool_choice_required_samples_one_well_formed_call_under_the_grammar(engine: TransformersEngine) -> None:
+    """Under the grammar the call is complete and its arguments fit the tool's schema, greedy or
+    sampled, whatever the 135M model would have written on its own."""
+    schemas = {t.function.name: t.function.parameters for t in (SQL_TOOL, COMMIT_TOOL)}
+    complete = 0
+    for temperature, seed in ((0.0, None), (0.7, 4), (0.7, 5), (0.7, 1)):
+        message, finish, usage = engine.generate(
+            DB_QUESTION, [SQL_TOOL, COMMIT_TOOL], max_tokens=96, temperature=temperature, seed=seed, tool_choice="required"
+        )
+        if finish == "length":  # a sampled string argument may ramble past the budget: cut, and said so
+            assert temperature > 0 and usage.completion_tokens == 96
+            continue
+        complete += 1
+        assert finish == "tool_calls" and len(message.tool_calls) == 1, message
+        call = message.tool_calls[0].function
+        args = json.loads(call.arguments)
+        schema = schemas[call.name]
+        assert set(args) == set(schema["properties"]) >= set(schema["required"])
+        assert all(isinstance(v, str) for v in args.values())
+    assert complete >= 2  # greedy always; most sampled calls are short
+    # too few tokens for a whole call: cut, and said so
+    message, finish, usage = engine.generate(DB_QUESTION, [SQL_TOOL], max_tokens=6, temperature=0, tool_choice="required")
+    assert finish == "length" and usage.completion_tokens == 6
 
 
 def test_tool_choice_naming_a_function_forces_that_function(engine: TransformersEngine) -> None:
     choice = {"type": "function", "function": {"name": "commit_final_answer"}}
-    message, _, _ = engine.generate(DB_QUESTION, [SQL_TOOL, COMMIT_TOOL], max_tokens=32, temperature=0, tool_choice=choice)
-    assert message.tool_calls and message.tool_calls[0].function.name == "commit_final_answer"
+    message, finish, _ = engine.generate(DB_QUESTION, [SQL_TOOL, COMMIT_TOOL], max_tokens=64, temperature=0, tool_choice=choice)
+    assert finish == "tool_calls" and [c.function.name for c in message.tool_calls] == ["commit_final_answer"]
+    assert set(json.loads(message.tool_calls[0].function.arguments)) == {"answer"}
     from agentrl_envs.models.errors import BadModelRequestError
 
     with pytest.raises(BadModelRequestError):
