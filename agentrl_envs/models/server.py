@@ -2,8 +2,9 @@
 
 Routes: ``POST /v1/chat/completions`` (non-streaming; ``n == 1``), ``GET /v1/models``,
 ``GET /health``. Every error leaves as ``{"detail", "error", "data"}`` (see
-:mod:`agentrl_envs.httpapi`). Generation blocks, so it runs in a worker thread
-(``asyncio.to_thread``); the engine serializes generations itself.
+:mod:`agentrl_envs.httpapi`). An engine with ``agenerate`` (:class:`.batching.BatchedChat`, what
+``serve_model`` runs) answers concurrent requests in batched decodes; a plain engine's blocking
+``generate`` runs in a worker thread, one at a time.
 
 Defaults follow OpenAI's: ``temperature`` 1.0, ``top_p`` 1.0. The request's ``model`` field is
 not checked (every name is served by the one loaded model, whose name the response carries).
@@ -88,16 +89,18 @@ def create_app(
         _check(req)
         tools = None if req.tool_choice == "none" else req.tools
         max_tokens = req.max_completion_tokens or req.max_tokens or default_max_tokens
-        message, finish_reason, usage = await asyncio.to_thread(
-            engine.generate,
-            req.messages,
-            tools,
-            max_tokens=max_tokens,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
-            seed=req.seed,
-            tool_choice=req.tool_choice if tools else None,
-        )
+        kwargs = {
+            "max_tokens": max_tokens,
+            "temperature": 1.0 if req.temperature is None else req.temperature,
+            "top_p": 1.0 if req.top_p is None else req.top_p,
+            "seed": req.seed,
+            "tool_choice": req.tool_choice if tools else None,
+        }
+        agenerate = getattr(engine, "agenerate", None)
+        if agenerate is not None:  # a batching engine (BatchedChat): concurrent requests decode together
+            message, finish_reason, usage = await agenerate(req.messages, tools, **kwargs)
+        else:
+            message, finish_reason, usage = await asyncio.to_thread(engine.generate, req.messages, tools, **kwargs)
         response = ChatCompletionResponse(
             id="chatcmpl-" + uuid.uuid4().hex,
             created=int(time.time()),
