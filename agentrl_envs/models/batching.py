@@ -8,7 +8,9 @@ them with :meth:`.engine.TransformersEngine.generate_batch`, one decode per samp
 prompt head (prompts of one task share their system prompt and tool schemas, which the batch then
 runs once). Requests that arrive while a batch decodes wait for the next batch (static batching:
 a running decode is not joined). A request given ``tools`` is sampled under the tool-call grammar
-of those tools (:mod:`.grammar`).
+of those tools (:mod:`.grammar`). Rows of a batch share one random generator, seeded by the
+first request's ``seed``: a seed reproduces an answer only when its request is decoded alone
+(OpenAI's ``seed`` is best-effort too); greedy answers (temperature 0) equal the solo ones.
 
 :class:`BatchedChat` puts the chat halves of the engine (:meth:`~.engine.TransformersEngine.prepare_chat`,
 :meth:`~.engine.TransformersEngine.finish_chat`) around a sampler: the model server's engine.
@@ -48,7 +50,9 @@ class _Request:
     loop: asyncio.AbstractEventLoop = field(repr=False)
 
     def key(self) -> tuple[Any, ...]:
-        return (self.temperature, self.top_p, self.seed, tuple(self.prompt_ids[:HEAD_KEY_TOKENS]))
+        # Not the seed: seeded requests decode together too (one generator per batch, seeded by
+        # the first request's seed), so a seed reproduces an answer only when sent alone.
+        return (self.temperature, self.top_p, tuple(self.prompt_ids[:HEAD_KEY_TOKENS]))
 
 
 class BatchSampler:
