@@ -40,13 +40,29 @@ def _uvicorn_run(app: Any, host: str, port: int, log_level: str) -> None:
     )
 
 
+def option_env_var(task: str, key: str) -> str:
+    """The environment variable that sets option ``key`` of ``task``: ``AGENTRL_<TASK>_<KEY>``."""
+    return f"AGENTRL_{task.upper().replace('-', '_')}_{key.upper()}"
+
+
+def split_sizes(cls: Any) -> dict[str, Any]:
+    """Samples per split of a task class; a split that fails to load shows its error."""
+    sizes: dict[str, Any] = {}
+    for split in cls.splits:
+        try:
+            sizes[split] = len(cls.load_samples(split=split))
+        except Exception as e:  # a broken split must not hide the others
+            sizes[split] = f"error: {e}"
+    return sizes
+
+
 def task_options(task: str, pairs: list[str] | None) -> dict[str, Any]:
     """Options for ``task`` from ``AGENTRL_<TASK>_<KEY>`` env vars, then ``K=V`` pairs."""
     from .registry import get_task
 
     fields = get_task(task).Config.model_fields
-    prefix = f"AGENTRL_{task.upper().replace('-', '_')}_"
-    options: dict[str, Any] = {k: os.environ[prefix + k.upper()] for k in fields if prefix + k.upper() in os.environ}
+    env = {k: option_env_var(task, k) for k in fields}
+    options: dict[str, Any] = {k: os.environ[v] for k, v in env.items() if v in os.environ}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep:
@@ -127,11 +143,7 @@ def cmd_list(a: argparse.Namespace) -> int:
     rows = []
     for name in task_names():
         cls = get_task(name)
-        for split in cls.splits or ("-",):
-            try:
-                size: Any = len(cls.load_samples(split=split)) if split != "-" else "-"
-            except Exception as e:  # a broken task must not hide the others
-                size = f"error: {e}"
+        for split, size in (split_sizes(cls) or {"-": "-"}).items():
             rows.append(
                 {"task": name, "split": split, "samples": size, "max_turns": cls.max_turns, "tools": list(cls.tool_specs())}
             )
@@ -151,12 +163,6 @@ def describe_task(name: str) -> dict[str, Any]:
     from .registry import get_task
 
     cls = get_task(name)
-    splits: dict[str, Any] = {}
-    for split in cls.splits:
-        try:
-            splits[split] = len(cls.load_samples(split=split))
-        except Exception as e:  # report, do not hide the rest
-            splits[split] = f"error: {e}"
     options = []
     for key, field in cls.Config.model_fields.items():
         kind = field.annotation.__name__ if isinstance(field.annotation, type) else str(field.annotation)
@@ -167,7 +173,7 @@ def describe_task(name: str) -> dict[str, Any]:
                 "default": None if field.is_required() else field.get_default(call_default_factory=True),
                 "required": field.is_required(),
                 "description": field.description or "",
-                "env": f"AGENTRL_{name.upper().replace('-', '_')}_{key.upper()}",
+                "env": option_env_var(name, key),
             }
         )
     doc = inspect.getdoc(inspect.getmodule(cls)) or inspect.getdoc(cls) or ""
@@ -175,7 +181,7 @@ def describe_task(name: str) -> dict[str, Any]:
         "task": name,
         "module": cls.__module__,
         "summary": doc.split("\n\n")[0].replace("\n", " ").replace("``", "`"),
-        "splits": splits,
+        "splits": split_sizes(cls),
         "max_turns": cls.max_turns,
         "concurrency": cls.concurrency,
         "tools": cls.tool_definitions(),

@@ -12,9 +12,10 @@ The Dockerfiles take ``ARG BASE_IMAGE`` and a build context holding ``wheels/``:
 agentrl-envs and of the task package, built here with ``pip wheel --no-deps``. Their dependencies
 come from PyPI inside ``docker build`` (``deps="pypi"``, host network), or are fetched on the
 host into ``wheels/`` and installed with ``--no-index`` (``deps="host"``: for an image whose pip
-cannot reach PyPI itself). The host runs ``pip wheel``, not ``pip download``: a dependency published
-as source only (ALFWorld's ``fast-downward-textworld``) is compiled here, so images need no compiler. Building needs a source checkout (``pyproject.toml`` next to the
-packages), the docker SDK and an engine.
+cannot reach PyPI itself). The host runs ``pip wheel``, not ``pip download``: a dependency
+published as source only (ALFWorld's ``fast-downward-textworld``) is compiled here, so images need
+no compiler. Building needs a source checkout (``pyproject.toml`` next to the packages), the
+docker SDK and an engine.
 """
 
 from __future__ import annotations

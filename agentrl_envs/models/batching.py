@@ -31,7 +31,6 @@ from typing import Any
 
 from ..schema import Message, ToolDefinition
 from .engine import ChatGeneration, TransformersEngine
-from .errors import ContextLengthError
 
 __all__ = ["BatchSampler", "BatchedChat"]
 
@@ -98,12 +97,7 @@ class BatchSampler:
         samples it (stop token kept last; logprobs of the unconstrained softmax)."""
         if self._closed:
             raise RuntimeError("the sampler is closed")
-        if len(prompt_ids) + 1 > self.engine.max_context:  # refused alone, not with the batch it would join
-            raise ContextLengthError(
-                f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.engine.max_context}",
-                prompt_tokens=len(prompt_ids),
-                max_context=self.engine.max_context,
-            )
+        self.engine.check_prompt_length(prompt_ids)  # refused alone, not with the batch it would join
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         self._queue.put(_Request(list(prompt_ids), max_tokens, temperature, top_p, tools or None, seed, future, loop))

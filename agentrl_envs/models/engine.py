@@ -244,6 +244,15 @@ class TransformersEngine:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return parse_completion(text, tool_names).to_message()
 
+    def check_prompt_length(self, prompt_ids: Sequence[int]) -> None:
+        """Raise :class:`ContextLengthError` unless the prompt leaves room for one token."""
+        if len(prompt_ids) >= self.max_context:
+            raise ContextLengthError(
+                f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.max_context}",
+                prompt_tokens=len(prompt_ids),
+                max_context=self.max_context,
+            )
+
     # ------------------------------------------------------------------ sampling
 
     @torch.inference_mode()
@@ -267,14 +276,8 @@ class TransformersEngine:
         """
         if len(prompt_ids) == 0:
             raise ValueError("prompt_ids is empty")
-        room = self.max_context - len(prompt_ids)
-        if room <= 0:
-            raise ContextLengthError(
-                f"the prompt has {len(prompt_ids)} tokens; the model's context is {self.max_context}",
-                prompt_tokens=len(prompt_ids),
-                max_context=self.max_context,
-            )
-        max_tokens = min(max_tokens, room)
+        self.check_prompt_length(prompt_ids)
+        max_tokens = min(max_tokens, self.max_context - len(prompt_ids))
         stops = self.stop_token_ids if stop_token_ids is None else frozenset(stop_token_ids)
         generator = torch.Generator().manual_seed(
             seed if seed is not None else secrets.randbits(63)
@@ -332,13 +335,8 @@ class TransformersEngine:
         if matchers is not None and (len(matchers) != len(prompts) or (grammar is None and any(m is not None for m in matchers))):
             raise ValueError("matchers needs one entry per prompt, and the grammar that made them")
         limits = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
-        for p, _lim in zip(prompts, limits, strict=True):
-            if len(p) + 1 > self.max_context:
-                raise ContextLengthError(
-                    f"the prompt has {len(p)} tokens; the model's context is {self.max_context}",
-                    prompt_tokens=len(p),
-                    max_context=self.max_context,
-                )
+        for p in prompts:
+            self.check_prompt_length(p)
         limits = [max(1, min(lim, self.max_context - len(p))) for p, lim in zip(prompts, limits, strict=True)]
         from transformers import DynamicCache
 

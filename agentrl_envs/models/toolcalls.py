@@ -36,7 +36,6 @@ from ..schema import FunctionCall, Message, ToolCall, ToolDefinition
 
 __all__ = [
     "ParsedCompletion",
-    "forced_call_prefix",
     "new_tool_call_id",
     "parse_completion",
     "render_prompt",
@@ -180,11 +179,6 @@ def render_prompt(
     return tokenizer.apply_chat_template(
         to_template_messages(messages, tools), tokenize=False, add_generation_prompt=add_generation_prompt
     )
-
-
-def forced_call_prefix(name: str) -> str:
-    """The start of a ``<tool_call>`` block up to the arguments, to force a call to ``name``."""
-    return f'<tool_call>\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
 
 
 # --------------------------------------------------------------------------- parsing

@@ -326,9 +326,7 @@ def test_never_raises(text: str) -> None:
         assert isinstance(c.function.arguments, str)
 
 
-def test_a_forced_prefix_completed_by_the_model_parses() -> None:
-    from agentrl_envs.models.toolcalls import forced_call_prefix
-
-    text = forced_call_prefix("execute_sql") + '{"sql": "SELECT 1"}}\n</tool_call>\nDone.'
+def test_a_call_followed_by_text_parses() -> None:
+    text = '<tool_call>\n{"name": "execute_sql", "arguments": {"sql": "SELECT 1"}}\n</tool_call>\nDone.'
     assert calls_of(text) == [("execute_sql", {"sql": "SELECT 1"})]
     assert parse_completion(text).content == "Done."
