@@ -3,9 +3,10 @@
 Parameters
 ----------
 What to evaluate
-    ``tasks``, ``split``, ``limit``, ``task_options``.
-Which model
-    ``model``, ``base_url``, ``api_key``, ``temperature``, ``max_tokens``, ``seed``, ``tool_choice``.
+    ``tasks``, ``split``, ``limit``, ``runs``, ``task_options``.
+Which models
+    ``model``, ``base_url``, ``api_key`` (each a list: one entry per model, or one shared by all),
+    ``temperature``, ``max_tokens``, ``seed``, ``tool_choice``.
 Where the environments run
     ``controller`` (``None``: the embedded stack is started by :func:`agentrl_envs.eval.run_eval`).
 How the run behaves
@@ -13,6 +14,9 @@ How the run behaves
     ``model_timeout``, ``sdk_max_retries``, ``progress``.
 Where results go
     ``output``.
+
+The fields in :data:`RUN_DEFINING` decide *what* a run measures; ``--resume`` refuses to change
+them. The others (where the services are, how fast and how patiently it runs) may change.
 """
 
 from __future__ import annotations
@@ -23,9 +27,42 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+#: Fields a resumed run must keep: changing one would mix two different evaluations in one file.
+RUN_DEFINING = (
+    "tasks",
+    "split",
+    "limit",
+    "runs",
+    "model",
+    "temperature",
+    "max_tokens",
+    "seed",
+    "tool_choice",
+    "max_turns",
+    "task_options",
+)
+
 
 def _help(text: str) -> dict[str, str]:
     return {"help": text}
+
+
+def _as_list(value: str | list[str] | tuple[str, ...] | None) -> list[str] | None:
+    """``"a,b"`` or ``["a", "b,c"]`` → ``["a", "b", "c"]``; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else list(value)
+    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+
+
+@dataclass(frozen=True)
+class ModelSlot:
+    """One model of a run: its name (``None``: the server's first), its base URL (``None``: the
+    built-in server) and its API key (``None``: ``$OPENAI_API_KEY``, else ``EMPTY``)."""
+
+    model: str | None
+    base_url: str | None
+    api_key: str | None
 
 
 @dataclass
@@ -37,16 +74,33 @@ class EvalConfig:
         default="dev", metadata=_help("Split the embedded stack serves (a running controller serves its own).")
     )
     limit: int | None = field(default=None, metadata=_help("Evaluate only the first N indices of each task (None: all)."))
-    model: str | None = field(
-        default=None, metadata=_help("Model name; None: the first model listed by the server's /v1/models.")
+    runs: int = field(
+        default=1,
+        metadata=_help("Independent episodes per sample (K); the summary reports avg@K and pass@K per task."),
     )
-    base_url: str | None = field(
-        default=None, metadata=_help("OpenAI-compatible base URL ending in /v1; None: the built-in model server.")
+    model: list[str] | None = field(
+        default=None,
+        metadata=_help(
+            "Model name(s), comma-separated or repeated: several models are evaluated side by side"
+            " (None: the first model listed by the server's /v1/models)."
+        ),
     )
-    api_key: str | None = field(default=None, metadata=_help("API key; None: $OPENAI_API_KEY, else 'EMPTY'."))
+    base_url: list[str] | None = field(
+        default=None,
+        metadata=_help(
+            "OpenAI-compatible base URL ending in /v1: one shared by every model or one per model"
+            " (None: the built-in model server)."
+        ),
+    )
+    api_key: list[str] | None = field(
+        default=None, metadata=_help("API key, one shared or one per model (None: $OPENAI_API_KEY, else 'EMPTY').")
+    )
     controller: str | None = field(default=None, metadata=_help("Controller base URL; None: start the embedded stack."))
-    output: Path | None = field(default=None, metadata=_help("Directory for summary.json, trajectories.jsonl and report.html."))
-    concurrency: int = field(default=8, metadata=_help("Episodes in flight at once, over all tasks."))
+    output: Path | None = field(
+        default=None,
+        metadata=_help("Directory for config.json, trajectories.jsonl, summary.json and report.html (./eval_results)."),
+    )
+    concurrency: int = field(default=8, metadata=_help("Episodes in flight at once, over all tasks and models."))
     temperature: float = field(default=0.0, metadata=_help("Sampling temperature of every model call."))
     max_tokens: int = field(default=256, metadata=_help("Completion tokens per turn."))
     seed: int | None = field(default=None, metadata=_help("Sampling seed passed to the model API (None: not sent)."))
@@ -76,16 +130,27 @@ class EvalConfig:
     task_options: dict[str, dict[str, Any]] = field(
         default_factory=dict, metadata=_help("Per-task options for the embedded stack, e.g. {'db': {'backend': 'sqlite'}}.")
     )
-    progress: bool = field(default=True, metadata=_help("Show one tqdm progress bar per task."))
+    progress: bool = field(default=True, metadata=_help("Show one tqdm progress bar per task (per model and task)."))
 
     def __post_init__(self) -> None:
-        if isinstance(self.tasks, str):
-            self.tasks = [t.strip() for t in self.tasks.split(",") if t.strip()]
-        self.tasks = list(dict.fromkeys(self.tasks))
+        self.tasks = list(dict.fromkeys(_as_list(self.tasks) or []))
         if not self.tasks:
             raise ValueError("EvalConfig.tasks is empty: pass at least one task, e.g. --tasks db,os")
+        self.model, self.base_url, self.api_key = _as_list(self.model), _as_list(self.base_url), _as_list(self.api_key)
+        if self.model is not None and len(set(self.model)) != len(self.model):
+            raise ValueError(f"model lists a model twice: {self.model}")
+        lengths = {len(v) for v in (self.model, self.base_url, self.api_key) if v} - {1}
+        if len(lengths) > 1:
+            given = (("model names", self.model), ("base URLs", self.base_url), ("API keys", self.api_key))
+            counts = ", ".join(f"{len(v)} {label}" for label, v in given if v)
+            raise ValueError(f"{counts}: give one value shared by every model or one per model")
+        for name in ("model", "base_url", "api_key"):
+            if getattr(self, name) == []:
+                setattr(self, name, None)
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1 or None, got {self.limit}")
+        if self.runs < 1:
+            raise ValueError(f"runs must be >= 1, got {self.runs}")
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.max_retries < 0:
@@ -98,6 +163,23 @@ class EvalConfig:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.output is not None:
             self.output = Path(self.output)
+
+    def model_slots(self) -> list[ModelSlot]:
+        """One :class:`ModelSlot` per model evaluated; a single value of a list is shared by every model."""
+        lists = [self.model or [None], self.base_url or [None], self.api_key or [None]]
+        count = max(len(values) for values in lists)
+        models, urls, keys = ([values[i] if len(values) > 1 else values[0] for i in range(count)] for values in lists)
+        return [ModelSlot(m, u, k) for m, u, k in zip(models, urls, keys, strict=True)]
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as JSON values, without the API keys (secrets are never written to disk)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "api_key":
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = str(value) if isinstance(value, Path) else value
+        return out
 
     @classmethod
     def from_args(cls, args: argparse.Namespace | Mapping[str, Any]) -> EvalConfig:

@@ -3,11 +3,13 @@
 Both are small FastAPI apps served by uvicorn on 127.0.0.1 in a background thread, so the code
 under test talks real HTTP through the real OpenAI SDK and the real ``AsyncControllerClient``.
 The controller stand-in speaks the client side of AgentRL's protocol over the ``echo`` task,
-with switches to inject infrastructure failures.
+with switches to inject infrastructure failures. ``echo_stack`` is the real thing: the embedded
+controller and an ``echo`` worker as subprocesses, shared by the tests of a session.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -117,15 +119,28 @@ def correct(word: str, turn: int) -> tuple[str, str]:
 
 
 class FakeModel:
-    """A scripted OpenAI-compatible chat endpoint for the echo task (``/v1/models``, ``/v1/chat/completions``)."""
+    """A scripted OpenAI-compatible chat endpoint for the echo task (``/v1/models``, ``/v1/chat/completions``).
 
-    def __init__(self, policy: Policy = correct, name: str = "fake-model") -> None:
+    ``policies`` answer requests for other model names than ``name`` (several models behind one
+    server). ``usage`` is deterministic: 10 prompt tokens per message sent, 3 completion tokens.
+    ``gate_after = N``: the requests after the first N wait until ``gate`` is set (``waiting``
+    counts them), to freeze a run with episodes in flight.
+    """
+
+    PROMPT_TOKENS_PER_MESSAGE = 10
+    COMPLETION_TOKENS = 3
+
+    def __init__(self, policy: Policy = correct, name: str = "fake-model", policies: dict[str, Policy] | None = None) -> None:
         self.policy = policy
         self.name = name
+        self.policies = dict(policies or {})
         self.fail_next = 0
         self.fail_on: set[tuple[str, int]] = set()
         self.context_overflow: set[str] = set()
         self.requests: list[dict[str, Any]] = []
+        self.gate_after: int | None = None
+        self.gate = threading.Event()
+        self.waiting = 0
         self.app = self._build()
 
     def _build(self) -> FastAPI:
@@ -133,11 +148,17 @@ class FakeModel:
 
         @app.get("/v1/models")
         async def models() -> Any:
-            return {"object": "list", "data": [{"id": self.name, "object": "model", "created": 0, "owned_by": "test"}]}
+            names = [self.name, *self.policies]
+            return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "test"} for n in names]}
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Any:
             body = await request.json()
+            if self.gate_after is not None and len(self.requests) >= self.gate_after:
+                self.waiting += 1
+                while not self.gate.is_set():
+                    await asyncio.sleep(0.01)
+                self.waiting -= 1
             self.requests.append(body)
             user = next(m["content"] for m in body["messages"] if m["role"] == "user")
             word = re.search(r"Echo the word '(\w+)'", user).group(1)
@@ -149,7 +170,7 @@ class FakeModel:
             if word in self.context_overflow:
                 detail = "This model's maximum context length is 2048 tokens. However, you requested 4096 tokens."
                 return JSONResponse({"error": {"message": detail, "type": "invalid_request_error"}}, status_code=400)
-            kind, text = self.policy(word, turn)
+            kind, text = self.policies.get(body["model"], self.policy)(word, turn)
             message: dict[str, Any] = {"role": "assistant", "content": None}
             if kind == "call":
                 arguments = json.dumps({"text": text})
@@ -163,9 +184,13 @@ class FakeModel:
                 "id": f"chatcmpl-{word}-{turn}",
                 "object": "chat.completion",
                 "created": 0,
-                "model": self.name,
+                "model": body["model"],
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                "usage": {
+                    "prompt_tokens": self.PROMPT_TOKENS_PER_MESSAGE * len(body["messages"]),
+                    "completion_tokens": self.COMPLETION_TOKENS,
+                    "total_tokens": self.PROMPT_TOKENS_PER_MESSAGE * len(body["messages"]) + self.COMPLETION_TOKENS,
+                },
             }
 
         return app
@@ -214,8 +239,29 @@ def controller(serve: Callable[[FastAPI], str]) -> tuple[FakeController, str]:
 def model(serve: Callable[[FastAPI], str]) -> Callable[..., tuple[FakeModel, str]]:
     """``fake, base_url = model(policy)``: a scripted model server; ``base_url`` ends in ``/v1``."""
 
-    def make(policy: Policy = correct, name: str = "fake-model") -> tuple[FakeModel, str]:
-        fake = FakeModel(policy, name)
+    def make(
+        policy: Policy = correct, name: str = "fake-model", policies: dict[str, Policy] | None = None
+    ) -> tuple[FakeModel, str]:
+        fake = FakeModel(policy, name, policies)
         return fake, serve(fake.app) + "/v1"
 
     return make
+
+
+@pytest.fixture(scope="session")
+def echo_stack() -> Iterator[str]:
+    """The real embedded stack (controller + ``echo`` worker, as subprocesses); its URL."""
+    from agentrl_envs.stack import LocalStack
+
+    with LocalStack(["echo"], split="dev") as stack:
+        yield stack.url
+
+
+def first_turn_requests(fake: FakeModel) -> Counter[tuple[str, str]]:
+    """(model, word) → how many episodes the model was asked to start (requests with no assistant turn yet)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for body in fake.requests:
+        if not any(m["role"] == "assistant" for m in body["messages"]):
+            user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+            counts[(body["model"], re.search(r"Echo the word '(\w+)'", user).group(1))] += 1
+    return counts

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import types
 
 import pytest
 
-from agentrl_envs.eval import run_eval
+from agentrl_envs.eval import EvalConfig, add_arguments, run_eval
 from agentrl_envs.eval.command import parse_options
 
 
@@ -67,17 +68,42 @@ def test_given_urls_start_nothing(stand_ins, controller, model, tmp_path):
     assert code == 0 and calls["stack"] == [] and calls["server"] == []
 
 
-def test_cli_parses_flags_and_exit_code_reports_infra_failures(stand_ins, tmp_path, capsys):
-    from agentrl_envs.cli import build_parser
+def eval_parser() -> argparse.ArgumentParser:
+    """The flags of `agentrl-envs eval` (the whole CLI parser also imports the model server's module,
+    which the stand-ins replace)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser
 
+
+def test_cli_parses_flags_and_exit_code_reports_infra_failures(stand_ins, tmp_path, capsys):
     fake_controller, _ = stand_ins
     fake_controller.start_failures = {1: -1}
-    argv = ["eval", "--tasks", "echo", "--limit", "2", "--max-retries", "0", "--retry-backoff", "0.001", "--no-progress"]
-    args = build_parser().parse_args([*argv, "--output", str(tmp_path), "--temperature", "0.3", "--max-tokens", "64"])
+    argv = ["--tasks", "echo", "--limit", "2", "--max-retries", "0", "--retry-backoff", "0.001", "--no-progress"]
+    args = eval_parser().parse_args([*argv, "--output", str(tmp_path), "--temperature", "0.3", "--max-tokens", "64"])
     assert (args.limit, args.temperature, args.max_tokens, args.progress) == (2, 0.3, 64, False)
     assert run_eval(args) == 3  # files are still written
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["tasks"]["echo"]["infra_failures"] == 1 and summary["tasks"]["echo"]["n"] == 1
+
+
+def test_list_flags_take_commas_and_repeat():
+    args = eval_parser().parse_args(["--tasks", "db,os", "--tasks", "kg", "--model", "a", "--model", "b,c", "--runs", "4"])
+    config = EvalConfig.from_args(args)
+    assert config.tasks == ["db", "os", "kg"] and config.model == ["a", "b", "c"] and config.runs == 4
+    assert [s.model for s in config.model_slots()] == ["a", "b", "c"]
+    assert {s.base_url for s in config.model_slots()} == {None}  # the built-in server for all
+    shared = EvalConfig(tasks="db", model="a,b", base_url="http://h/v1", api_key="k1,k2")
+    assert [(s.model, s.base_url, s.api_key) for s in shared.model_slots()] == [
+        ("a", "http://h/v1", "k1"),
+        ("b", "http://h/v1", "k2"),
+    ]
+    with pytest.raises(ValueError, match="3 model names, 2 base URLs: give one value shared by every model or one per model"):
+        EvalConfig(tasks="db", model="a,b,c", base_url="http://x/v1,http://y/v1")
+    with pytest.raises(ValueError, match="twice"):
+        EvalConfig(tasks="db", model="a,a")
+    with pytest.raises(ValueError, match="runs"):
+        EvalConfig(tasks="db", runs=0)
 
 
 def test_bad_options_are_user_errors(tmp_path):

@@ -103,9 +103,11 @@ async def test_table_lists_every_task_aligned(controller, model):
     text = format_table(summarize(result))
     lines = text.splitlines()
     assert lines[0] == "model: fake-model"
-    assert lines[1].split() == ["task", "n", "success", "avg", "reward", "avg", "turns", "infra", "failures"]
+    header = ["task", "n", "success", "avg", "reward", "avg", "turns", "infra", "failures", "prompt", "tok", "compl", "tok"]
+    assert lines[1].split() == header
     echo = next(line for line in lines if line.startswith("echo"))
-    assert echo.split() == ["echo", "3", "66.7%", "0.667", "1.7", "1"]
+    # tokens: apple 1 call (2 messages), river and stone 2 calls (2, then 4 messages); #3 never started
+    assert echo.split() == ["echo", "3", "66.7%", "0.667", "1.7", "1", "140", "15"]
     assert len({len(line) for line in lines[1:3]}) == 1  # header and rule line up
     buffer = io.StringIO()
     print_table(summarize(result), file=buffer)
