@@ -8,7 +8,9 @@
     agentrl-envs list                                     tasks, splits, sizes
     agentrl-envs describe TASK [--json]                   a task's splits, limits, tools and options
     agentrl-envs check TASK [--split S | --data PATH] [--json] [--min-rate R]
-    agentrl-envs eval --tasks db[,os] [--split dev] [--limit N] [--model M] [--base-url URL] ...
+    agentrl-envs eval --tasks db[,os] [--split dev] [--limit N] [--runs K] [--model M[,M2]] [--base-url URL] ...
+    agentrl-envs eval --resume DIR                        finish an interrupted run
+    agentrl-envs eval-report DIR [DIR ...] [--output OUT] runs side by side (text and HTML)
     agentrl-envs serve-model [--host H] [--port P] [--model PATH]
     agentrl-envs new NAME [--dir PATH]                    a new task package (envs/NAME) that passes the conformance suite
 
@@ -251,6 +253,13 @@ def cmd_eval(a: argparse.Namespace) -> int:
     return eval_main(a)
 
 
+def cmd_eval_report(a: argparse.Namespace) -> int:
+    from .eval import eval_report
+
+    eval_report(a.dirs, a.output)
+    return 0
+
+
 def cmd_serve_model(a: argparse.Namespace) -> int:
     try:
         from .models.launch import serve_model
@@ -357,6 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     if add_arguments is not None:
         add_arguments(sp)
     sp.set_defaults(func=cmd_eval)
+
+    sp = sub.add_parser("eval-report", help="compare eval runs side by side (tasks as rows; text and HTML)")
+    sp.add_argument("dirs", nargs="+", metavar="DIR", help="output directories of eval runs")
+    sp.add_argument("--output", help="where comparison.txt, .html and .json go (default: eval_comparison)")
+    sp.set_defaults(func=cmd_eval_report)
 
     sp = sub.add_parser("serve-model", help="serve the built-in model (SmolLM2-135M-Instruct) over an OpenAI-compatible API")
     sp.add_argument("--host", default="127.0.0.1")
