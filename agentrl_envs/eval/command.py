@@ -191,7 +191,7 @@ def run_eval(args: argparse.Namespace | Mapping[str, Any]) -> int:
     plus ``option`` (``TASK.KEY=VALUE`` pairs) and ``resume`` (a run directory).
 
     Returns the process exit code: 0 when every episode was scored, 3 when some episodes are
-    infrastructure failures (the files are written either way). A bad option raises
+    infrastructure failures (the files are written either way), 130 after Ctrl-C. A bad option raises
     :class:`~agentrl_envs.errors.AgentRLEnvsError` with a message for the user.
     """
     values = dict(vars(args) if isinstance(args, argparse.Namespace) else args)
@@ -208,7 +208,10 @@ def run_eval(args: argparse.Namespace | Mapping[str, Any]) -> int:
             config = EvalConfig.from_args(values)
     except ValueError as e:
         raise AgentRLEnvsError(f"eval: {e}") from None
-    result = run(config, resume=resume is not None)
+    try:
+        result = run(config, resume=resume is not None)
+    except KeyboardInterrupt:
+        return 130  # run() said how to finish the run
     return 0 if all(ep.scored for ep in result.episodes) else 3
 
 

@@ -354,6 +354,8 @@ async def evaluate(config: EvalConfig, *, oai: openai.AsyncOpenAI | None = None,
             done = store.begin([(m.label, m.name) for m in models], indices) if store is not None else {}
             episodes = await _run_all(evaluator, models, indices, config, done, store)
     finally:
+        if store is not None:
+            store.close()
         if oai is None:
             for client in clients:
                 await client.close()

@@ -145,3 +145,31 @@ def test_two_models_side_by_side_each_at_its_own_url(echo_stack, model, tmp_path
     assert 'class="compare"' in html and "<th colspan=" in html
     assert 'id="alpha-echo-0-run1"' in html and 'id="beta-echo-5-run2"' in html
     assert html.count('class="episode"') == 24
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_real_model_reports_usage_per_run(echo_stack, tmp_path):
+    """The built-in server (SmolLM2-135M on the CPU): two runs of one sample, one turn each."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from agentrl_envs.models.launch import LocalModelServer
+
+    with LocalModelServer() as server:
+        code = run_eval(
+            {
+                "tasks": "echo", "limit": 1, "runs": 2, "max_tokens": 24, "max_turns": 1, "tool_choice": "required",
+                "controller": echo_stack, "base_url": server.base_url, "output": tmp_path, "progress": False,
+            }
+        )  # fmt: skip
+    assert code == 0
+    records = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    assert [(r["index"], r["run"]) for r in records] == [(0, 0), (0, 1)]
+    prompts = [r["usage"]["prompt_tokens"] for r in records]
+    assert prompts[0] == prompts[1] > 0  # the same prompt, counted by the server's tokenizer
+    assert all(0 < r["usage"]["completion_tokens"] <= 24 for r in records)
+    echo = json.loads((tmp_path / "summary.json").read_text())["tasks"]["echo"]
+    assert echo["prompt_tokens"] == sum(prompts)
+    assert echo["completion_tokens"] == sum(r["usage"]["completion_tokens"] for r in records)
+    solved = [r["success"] for r in records]
+    assert echo["avg_at_k"] == sum(solved) / 2 and echo["pass_at_k"] == float(any(solved))
