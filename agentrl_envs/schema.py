@@ -247,6 +247,28 @@ class ChatCompletionRequest(_Open):
     seed: int | None = None
     n: int = 1
     stream: bool = False
+    stream_options: dict[str, Any] | None = None
+
+
+class ResponsesRequest(_Open):
+    """``POST /v1/responses``, the subset the built-in server serves (see ``models.responses``)."""
+
+    model: str = "default"
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_output_tokens: int | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    stream: bool = False
+    store: bool | None = None
+    previous_response_id: str | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning: dict[str, Any] | None = None
+    text: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class ChatCompletionChoice(BaseModel):

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from agentrl_envs.models.engine import shared_head_length
+from agentrl_envs.chat.decode import shared_head_length
 
 __all__ = ["shared_head_length", "token_logprobs"]
 

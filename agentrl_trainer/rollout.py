@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrl_envs import agent
+from agentrl_envs.chat.toolcalls import parse_completion
 from agentrl_envs.client import AsyncControllerClient
 from agentrl_envs.errors import ContextLimitError
-from agentrl_envs.models.toolcalls import parse_completion
 from agentrl_envs.schema import Message, SampleIndex, SampleStatus, ToolDefinition
 
 from .trajectory import TokenTrajectory

@@ -29,8 +29,8 @@ from datasets import Dataset
 from transformers import AutoTokenizer, TrainerCallback
 from trl import GRPOTrainer
 
+from agentrl_envs.chat.loading import model_directory
 from agentrl_envs.client import ControllerClient
-from agentrl_envs.models.engine import model_directory
 from agentrl_envs.stack import LocalStack
 
 from .advantages import shape_reward

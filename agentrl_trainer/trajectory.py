@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl_envs.models.toolcalls import render_prompt
+from agentrl_envs.chat.toolcalls import render_prompt
 from agentrl_envs.schema import Message, ToolDefinition
 
 __all__ = ["Segment", "TokenTrajectory", "TurnRecord"]

@@ -147,8 +147,8 @@ def run_sim_mode(mode: str, a: argparse.Namespace, url: str, tokenizer: Any, ind
 def run_sim(a: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
+    from agentrl_envs.chat.loading import model_directory
     from agentrl_envs.client import ControllerClient
-    from agentrl_envs.models.engine import model_directory
     from agentrl_envs.stack import LocalStack
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_directory()), local_files_only=True)

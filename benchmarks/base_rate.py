@@ -17,8 +17,8 @@ import logging
 import time
 from pathlib import Path
 
+from agentrl_envs.chat.engine import TransformersEngine
 from agentrl_envs.client import ControllerClient
-from agentrl_envs.models.engine import TransformersEngine
 from agentrl_envs.stack import LocalStack
 from agentrl_trainer.engines.local import LocalEngine
 from agentrl_trainer.evaluate import evaluate, summarize

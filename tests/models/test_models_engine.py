@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agentrl_envs.models.engine import TransformersEngine
-from agentrl_envs.models.errors import ContextLengthError
+from agentrl_envs.chat.engine import TransformersEngine
+from agentrl_envs.chat.errors import ContextLengthError
 from agentrl_envs.schema import FunctionDefinition, Message, ToolDefinition
 
 pytestmark = pytest.mark.model
@@ -120,7 +120,7 @@ def test_concurrent_generations_are_serialized_and_correct(engine: TransformersE
 
 
 def test_a_local_hf_directory_loads_too(engine: TransformersEngine) -> None:
-    from agentrl_envs.models.engine import _cache_dir, default_gguf_path
+    from agentrl_envs.chat.loading import _cache_dir, default_gguf_path
 
     directory = _cache_dir(default_gguf_path())
     if directory is None or not (directory / "config.json").is_file():
@@ -174,7 +174,7 @@ def test_tool_choice_naming_a_function_forces_that_function(engine: Transformers
     message, finish, _ = engine.generate(DB_QUESTION, [SQL_TOOL, COMMIT_TOOL], max_tokens=64, temperature=0, tool_choice=choice)
     assert finish == "tool_calls" and [c.function.name for c in message.tool_calls] == ["commit_final_answer"]
     assert set(json.loads(message.tool_calls[0].function.arguments)) == {"answer"}
-    from agentrl_envs.models.errors import BadModelRequestError
+    from agentrl_envs.chat.errors import BadModelRequestError
 
     with pytest.raises(BadModelRequestError):
         engine.generate(DB_QUESTION, [SQL_TOOL], max_tokens=4, tool_choice={"type": "function", "function": {"name": "nope"}})

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentrl_envs.models.errors import ModelLoadError
+from agentrl_envs.chat.errors import ModelLoadError
 from agentrl_envs.models.launch import LocalModelServer, free_port
 
 

@@ -1,4 +1,4 @@
-"""Unit tests of agentrl_envs.models.toolcalls: prompt rendering and completion parsing (fast)."""
+"""Unit tests of agentrl_envs.chat.toolcalls: prompt rendering and completion parsing (fast)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentrl_envs.models.toolcalls import (
+from agentrl_envs.chat.toolcalls import (
     parse_completion,
     render_prompt,
     to_template_messages,

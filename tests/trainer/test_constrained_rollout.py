@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from agentrl_envs.chat.engine import TransformersEngine
+from agentrl_envs.chat.toolcalls import parse_completion
 from agentrl_envs.client import ControllerClient
-from agentrl_envs.models.engine import TransformersEngine
-from agentrl_envs.models.toolcalls import parse_completion
 from agentrl_envs.stack import LocalStack
 from agentrl_trainer.config import AgentRLConfig
 from agentrl_trainer.engines.local import LocalEngine

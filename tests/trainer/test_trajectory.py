@@ -12,7 +12,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from agentrl_envs.models.toolcalls import parse_completion, render_prompt  # noqa: E402
+from agentrl_envs.chat.toolcalls import parse_completion, render_prompt  # noqa: E402
 from agentrl_envs.schema import Message, ToolDefinition  # noqa: E402
 from agentrl_trainer.trajectory import Segment, TokenTrajectory  # noqa: E402
 
@@ -37,7 +37,7 @@ ANSWER = "There are 42 rows."
 @pytest.fixture(scope="module")
 def tok() -> Any:
     transformers = pytest.importorskip("transformers")
-    from agentrl_envs.models.engine import model_directory
+    from agentrl_envs.chat.loading import model_directory
 
     return transformers.AutoTokenizer.from_pretrained(str(model_directory()), local_files_only=True)
 

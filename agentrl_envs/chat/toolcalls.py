@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+TOOL_CALL_OPEN = "<tool_call>"  # the tag that opens a call in a completion
 
 _TOOLS_HEADER = (
     "# Tools\n\n"
