@@ -35,9 +35,10 @@ $(STAMP): pyproject.toml agentrl_trainer/pyproject.toml $(ENV_PROJECTS) Makefile
 	touch $(STAMP)
 
 # AgentRL's own packages, for the wire-compatibility tests only. --no-deps: their cluster
-# back-ends (etcd, kubernetes, redis, docker) are unused; first what their imports need.
+# back-ends (etcd, kubernetes, redis, docker) are unused; first what their imports need (polars,
+# pydantic-settings and Pillow: the agentrl-eval CLI's, run by tests/compat/test_agentrl_eval_model.py).
 $(COMPAT): $(STAMP)
-	$(PIP) install -q grpcio 'protobuf>=6' anthropic pyyaml h2
+	$(PIP) install -q grpcio 'protobuf>=6' anthropic pyyaml h2 polars pydantic-settings Pillow
 	$(PIP) install -q --no-deps agentrl-worker==0.4.0 agentrl-eval==0.1.2
 	touch $(COMPAT)
 
