@@ -44,9 +44,11 @@ $(COMPAT): $(STAMP)
 
 install: $(STAMP)
 
+# an interrupted `make eval` (config.json written, no summary.json yet) is resumed, not refused
 eval: install
 	$(BIN)/agentrl-envs eval --tasks db --split $(SPLIT) $(if $(LIMIT),--limit $(LIMIT)) --max-tokens $(MAX_TOKENS) \
-		--tool-choice $(TOOL_CHOICE) --output $(OUTPUT)
+		--tool-choice $(TOOL_CHOICE) --output $(OUTPUT) \
+		$(if $(wildcard $(OUTPUT)/config.json),$(if $(wildcard $(OUTPUT)/summary.json),,--resume $(OUTPUT)))
 
 test: install $(COMPAT)
 	$(BIN)/python -m pytest -q -p no:cacheprovider

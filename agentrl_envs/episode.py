@@ -65,7 +65,7 @@ class Episode:
             await self._fail(e, "setup")
             return self.output([], type(self.task).tool_definitions())
         return self.output(
-            [Message.model_validate(m).model_dump(mode="json", exclude_none=True) for m in opening],
+            [_wire_message(m) for m in opening],
             type(self.task).tool_definitions(),
         )
 
@@ -207,3 +207,13 @@ class TaskRuntime:
     def episode(self, index: SampleIndex, custom_task: dict[str, Any] | None = None) -> Episode:
         sample = self.sample(index, custom_task)
         return Episode(self.task_cls(sample, config=self.config, resources=self.resources), index=index)
+
+
+def _wire_message(m: Any) -> dict[str, Any]:
+    """An opening message as the wire carries it. An assistant message keeps its ``content`` key
+    even when it only calls tools (``null``): OpenAI always sends it, and clients index it
+    (agentrl-eval's Responses converter reads ``message["content"]``)."""
+    d = Message.model_validate(m).model_dump(mode="json", exclude_none=True)
+    if d["role"] == "assistant":
+        d.setdefault("content", None)
+    return d

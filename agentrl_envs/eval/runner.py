@@ -155,6 +155,15 @@ def _is_context_error(exc: openai.APIError) -> bool:
     return any(hint in text for hint in _CONTEXT_HINTS)
 
 
+def _api_message(m: dict[str, Any]) -> dict[str, Any]:
+    """A message as sent to the model API: an assistant turn that only calls tools gets content
+    ``""``, not ``null`` or no key. OpenAI takes all three; llama.cpp's server (llama-cpp-python
+    0.3.36, chatml-function-calling) answers HTTP 500 to the other two (docs/peers.md)."""
+    if m.get("role") == "assistant" and m.get("content") is None:
+        return {**m, "content": ""}
+    return m
+
+
 class ChatPolicy:
     """A model behind an OpenAI-compatible API as a policy: one chat-completions call per turn."""
 
@@ -169,7 +178,7 @@ class ChatPolicy:
     def request(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
+            "messages": [_api_message(m) for m in messages],
             "temperature": self.config.temperature,
             "max_tokens": self.config.max_tokens,
         }

@@ -122,15 +122,6 @@ def test_agentrl_eval_chat_completions(tmp_path, model_server, db_stack):
     assert_every_episode_scored(proc, tmp_path / "results")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "agentrl-eval's converter to Responses input reads message['content'] of every opening message, "
-        "which our start_sample (agentrl_envs/episode.py) drops for the DB task's few-shot assistant turns "
-        "that only carry tool_calls: KeyError 'content', status 'model error' before the first model call "
-        "(the built-in /v1/responses itself answers; see docs/peers.md)"
-    ),
-)
 def test_agentrl_eval_responses_api(tmp_path, model_server, db_stack):
     proc = run_agentrl_eval(tmp_path, model_server, db_stack)
     log = proc.stdout + proc.stderr
