@@ -124,3 +124,24 @@ def test_unknown_split_and_sample_are_clear_errors():
         TaskRuntime(Calc, split="test")
     with pytest.raises(UnknownSampleError, match="no sample 7"):
         TaskRuntime(Calc, split="dev").episode(7)
+
+
+async def test_opening_assistant_turns_keep_their_content_key_on_the_wire():
+    """A few-shot assistant turn that only calls tools leaves with ``content: null``, not without
+    the key (agentrl-eval's Responses converter indexes ``message["content"]``)."""
+
+    class FewShot(Calc):
+        async def setup(self):
+            example = {"id": "ex0", "type": "function", "function": {"name": "add", "arguments": '{"x": 1}'}}
+            return [
+                {"role": "user", "content": "What is 1 + 0?"},
+                {"role": "assistant", "content": None, "tool_calls": [example]},
+                {"role": "tool", "tool_call_id": "ex0", "content": "1"},
+                *(await super().setup()),
+            ]
+
+    out = await TaskRuntime(FewShot, split="dev").episode(0).start()
+    assistant = out.messages[1]
+    assert assistant["role"] == "assistant" and "content" in assistant and assistant["content"] is None
+    assert assistant["tool_calls"][0]["id"] == "ex0"
+    assert "tool_calls" not in out.messages[0] and "tool_call_id" not in out.messages[0]  # no other null keys

@@ -169,3 +169,20 @@ def test_config_validation():
         EvalConfig(tasks="")
     with pytest.raises(ValueError, match="concurrency"):
         EvalConfig(tasks="db", concurrency=0)
+
+
+def test_assistant_turns_that_only_call_tools_go_to_the_api_with_string_content():
+    from agentrl_envs.eval.runner import ChatPolicy
+
+    policy = ChatPolicy(oai=None, model="m", config=EvalConfig(tasks=["echo"]))  # type: ignore[arg-type]
+    call = {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [call]},  # no content key (as a worker may send it)
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "assistant", "content": "done"},
+    ]
+    sent = policy.request(messages, [])["messages"]
+    assert [m.get("content") for m in sent] == ["hi", "", "ok", "", "done"]
+    assert messages[1] == {"role": "assistant", "tool_calls": [call]}  # the episode's record is untouched
