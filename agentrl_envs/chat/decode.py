@@ -155,17 +155,26 @@ class PrefixCache:
         return len(self._entries)
 
     def lookup(self, head: Sequence[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
-        """The longest entry that is a prefix of ``head``: ``(its length, its KV)`` or ``(0, None)``."""
-        best: tuple[int, ...] | None = None
+        """The KV of the longest prefix of ``head`` that an entry shares (at least ``MIN_HEAD``
+        tokens): ``(its length, its KV cut to that length)``, or ``(0, None)``. An entry need not be
+        a prefix of ``head`` as a whole: prompts of one task share their system prompt and tools
+        with every cached conversation of that task."""
+        best_key: tuple[int, ...] | None = None
+        best = 0
         for key in self._entries:
-            if len(key) <= len(head) and (best is None or len(key) > len(best)) and tuple(head[: len(key)]) == key:
-                best = key
-        if best is None:
+            n = min(len(key), len(head))
+            common = next((i for i in range(n) if key[i] != head[i]), n)
+            if common > best:
+                best_key, best = key, common
+        if best_key is None or best < MIN_HEAD:
             return 0, None
-        self._entries.move_to_end(best)
+        self._entries.move_to_end(best_key)
         self.hits += 1
-        self.reused_tokens += len(best)
-        return len(best), self._entries[best]
+        self.reused_tokens += best
+        kv = self._entries[best_key]
+        if best < len(best_key):
+            kv = [(k[:, :, :best], v[:, :, :best]) for k, v in kv]
+        return best, kv
 
     def store(self, head: Sequence[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Keep ``kv`` for ``head``; entries that are prefixes of it are dropped (it covers them)."""
