@@ -51,7 +51,8 @@ class PreparedChat(NamedTuple):
 
     prompt_ids: list[int]
     tool_names: list[str] | None  # the offered tools, for parsing the answer
-    forced_tools: list[ToolDefinition] | None  # sample under the tool-call grammar of these
+    grammar_tools: list[ToolDefinition] | None  # sample under the tool-call grammar of these
+    call_required: bool = True  # the grammar forces one call (else: a call, if made, is well-formed)
 
 
 class TransformersEngine:
@@ -213,18 +214,19 @@ class TransformersEngine:
         else ``"tool_calls"`` when tool calls were parsed, else ``"stop"``.
         ``usage.completion_tokens`` counts the stop token too.
 
-        ``tool_choice`` (OpenAI's): ``"required"`` or ``{"type": "function", "function":
-        {"name": ...}}`` samples the answer under the tool-call grammar (:mod:`.grammar`, xgrammar):
-        exactly one call to one of the tools (the named one), its arguments JSON that fits the
-        tool's parameters, so the call is well-formed unless ``max_tokens`` runs out first
-        (``finish_reason == "length"``). Which tool and which values are still the model's choice.
-        Other values (``None``, ``"auto"``, ``"none"``) constrain nothing; neither does a chat
-        template with its own tool format.
+        ``tool_choice`` (OpenAI's) picks the tool-call grammar (:mod:`.grammar`, xgrammar) the
+        answer is sampled under: ``"required"`` or ``{"type": "function", "function": {"name":
+        ...}}``: exactly one call to one of the tools (the named one), its arguments JSON that fits
+        the tool's parameters; ``"auto"`` or ``None`` with tools: any text, but a ``<tool_call>``
+        the model opens must be a call that fits one of the tools. Either way a call is well-formed
+        unless ``max_tokens`` runs out first (``finish_reason == "length"``); which tool and which
+        values are the model's choice. ``"none"`` and a chat template with its own tool format
+        constrain nothing.
         """
         prepared = self.prepare_chat(messages, tools, tool_choice)
-        if prepared.forced_tools:
+        if prepared.grammar_tools:
             grammar = self.tool_call_grammar()
-            matcher = grammar.matcher(prepared.forced_tools)
+            matcher = grammar.matcher(prepared.grammar_tools, prepared.call_required)
             [(completion_ids, _)] = self.generate_batch(
                 [prepared.prompt_ids], max_tokens, temperature, top_p, seed, matchers=[matcher], grammar=grammar
             )
@@ -236,10 +238,13 @@ class TransformersEngine:
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition] | None = None, tool_choice: Any = None
     ) -> PreparedChat:
         """The first half of :meth:`generate` (for a sampler that batches several): the prompt ids
-        and the tools a call is forced to (see ``tool_choice`` there)."""
+        and the grammar the answer is sampled under (see ``tool_choice`` there)."""
         prompt_ids = self.encode_prompt(messages, tools)
-        forced = self._forced_tools(tools, tool_choice) if tools and not template_supports_tools(self.tokenizer) else None
-        return PreparedChat(prompt_ids, [t.function.name for t in tools] if tools else None, forced or None)
+        names = [t.function.name for t in tools] if tools else None
+        if not tools or tool_choice == "none" or template_supports_tools(self.tokenizer):
+            return PreparedChat(prompt_ids, names, None)
+        forced = self._forced_tools(tools, tool_choice)
+        return PreparedChat(prompt_ids, names, forced or list(tools), call_required=bool(forced))
 
     def finish_chat(self, prepared: PreparedChat, completion_ids: Sequence[int]) -> ChatGeneration:
         """The second half of :meth:`generate`: the assistant message, finish reason and usage."""

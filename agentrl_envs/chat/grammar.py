@@ -73,29 +73,54 @@ class ToolCallGrammar:
         self._cache: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def compiled(self, tools: Sequence[ToolDefinition | dict[str, Any]]) -> Any:
-        """The compiled grammar of one call to one of ``tools`` (an ``xgrammar.CompiledGrammar``)."""
+    def compiled(self, tools: Sequence[ToolDefinition | dict[str, Any]], required: bool = True) -> Any:
+        """The compiled grammar (an ``xgrammar.CompiledGrammar``) of a turn with ``tools``.
+
+        ``required``: exactly one call to one of ``tools`` (``tool_choice`` ``required`` or named).
+        Otherwise (``auto``): any text, but once ``<tool_call>`` is written, a call that fits one
+        of the tools must follow and be closed (an xgrammar structural tag), so a call is always
+        well-formed when one is made; several calls and text between them stay possible.
+        """
         schema = tool_call_schema(tools)
-        key = json.dumps(schema, sort_keys=True)
+        key = json.dumps([schema, required], sort_keys=True)
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None:
             return hit
         xgr = self._xgr
-        # properties are generated in schema order (name before arguments), so not the sorted key
-        body = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=(", ", ": "))
-        grammar = xgr.Grammar.concat(
-            xgr.Grammar.from_ebnf(f"root ::= {json.dumps(CALL_OPEN)}"),
-            body,
-            xgr.Grammar.from_ebnf(f"root ::= {json.dumps(CALL_CLOSE)}"),
-        )
+        if required:
+            # properties are generated in schema order (name before arguments), so not the sorted key
+            body = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=(", ", ": "))
+            grammar = xgr.Grammar.concat(
+                xgr.Grammar.from_ebnf(f"root ::= {json.dumps(CALL_OPEN)}"),
+                body,
+                xgr.Grammar.from_ebnf(f"root ::= {json.dumps(CALL_CLOSE)}"),
+            )
+        else:
+            tag = {
+                "type": "tag",
+                "begin": CALL_OPEN,
+                "content": {"type": "json_schema", "json_schema": schema},
+                "end": CALL_CLOSE,
+            }
+            structural = {
+                "type": "structural_tag",
+                "format": {
+                    "type": "triggered_tags",
+                    "triggers": [CALL_OPEN.strip()],
+                    "tags": [tag],
+                    "at_least_one": False,
+                    "stop_after_first": False,
+                },
+            }
+            grammar = xgr.Grammar.from_structural_tag(json.dumps(structural))
         compiled = self._compiler.compile_grammar(grammar)
         with self._lock:
             return self._cache.setdefault(key, compiled)
 
-    def matcher(self, tools: Sequence[ToolDefinition | dict[str, Any]]) -> Any:
-        """A fresh ``xgrammar.GrammarMatcher`` for one sequence."""
-        return self._xgr.GrammarMatcher(self.compiled(tools))
+    def matcher(self, tools: Sequence[ToolDefinition | dict[str, Any]], required: bool = True) -> Any:
+        """A fresh ``xgrammar.GrammarMatcher`` for one sequence (see :meth:`compiled`)."""
+        return self._xgr.GrammarMatcher(self.compiled(tools, required))
 
     def allocate_bitmask(self, rows: int) -> Any:
         """A token bitmask for ``rows`` sequences (fill it with ``matcher.fill_next_token_bitmask``)."""

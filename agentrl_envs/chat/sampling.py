@@ -47,10 +47,17 @@ class Completion(NamedTuple):
 
 
 class _Request:
-    __slots__ = ("row", "tools", "future", "loop", "arrived")
+    __slots__ = ("row", "tools", "call_required", "future", "loop", "arrived")
 
-    def __init__(self, row: DecodeRow, tools: Sequence[Any] | None, future: asyncio.Future, loop: asyncio.AbstractEventLoop):
-        self.row, self.tools, self.future, self.loop = row, tools, future, loop
+    def __init__(
+        self,
+        row: DecodeRow,
+        tools: Sequence[Any] | None,
+        call_required: bool,
+        future: asyncio.Future,
+        loop: asyncio.AbstractEventLoop,
+    ):
+        self.row, self.tools, self.call_required, self.future, self.loop = row, tools, call_required, future, loop
         self.arrived = time.monotonic()
 
 
@@ -117,12 +124,15 @@ class BatchSampler:
         tools: Sequence[Any] | None = None,
         seed: int | None = None,
         *,
+        call_required: bool = True,
         deadline: float | None = None,
         repetition_window: int = 0,
         on_token: Callable[[int], None] | None = None,
     ) -> Completion:
         """One completion of ``prompt_ids`` (see :class:`.decode.DecodeRow` for the contract of
-        each argument; ``deadline`` is a ``time.monotonic()`` time). ``on_token`` is called in
+        each argument; ``deadline`` is a ``time.monotonic()`` time). Given ``tools``, it is sampled
+        under their tool-call grammar: one call (``call_required``) or text in which any call is
+        well-formed (see :meth:`.grammar.ToolCallGrammar.compiled`). ``on_token`` is called in
         the caller's event loop. Cancelling the awaiting task drops the row at the next step."""
         if self._closed:
             raise RuntimeError("the sampler is closed")
@@ -146,7 +156,7 @@ class BatchSampler:
             on_token=callback,
             cancelled=future.cancelled,
         )
-        self._queue.put(_Request(row, tools or None, future, loop))
+        self._queue.put(_Request(row, tools or None, call_required, future, loop))
         return await future
 
     @contextmanager
@@ -242,7 +252,7 @@ class BatchSampler:
             self._batch.grammar = grammar
             for r in admitted:
                 if r.tools:
-                    r.row.matcher = grammar.matcher(r.tools)
+                    r.row.matcher = grammar.matcher(r.tools, r.call_required)
         # rows of one prompt head prefill together (their head computed once); others apart
         groups: dict[tuple[int, ...], list[_Request]] = {}
         for r in admitted:

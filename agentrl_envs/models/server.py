@@ -6,8 +6,9 @@ Routes:
   format: ``delta.content`` while text is sampled, ``delta.tool_calls`` with ``index``, ``id``,
   name and arguments once a call is complete, ``finish_reason``, a usage chunk with
   ``stream_options.include_usage``, then ``data: [DONE]``), ``tools`` with ``tool_choice``
-  ``auto`` / ``none`` / ``required`` / a named function (the last two sampled under the tool-call
-  grammar, so the call is well-formed), ``usage``.
+  ``auto`` / ``none`` / ``required`` / a named function (sampled under the tool-call grammar:
+  ``required`` and named force one call, ``auto`` lets the model answer in text but makes any call
+  it opens well-formed), ``usage``.
 * ``POST /v1/responses`` — the Responses API subset that clients such as AgentRL's
   ``agentrl-eval`` use (:mod:`.responses`): ``input`` items (messages, ``function_call``,
   ``function_call_output``), ``instructions``, function ``tools``, ``tool_choice``,

@@ -130,3 +130,48 @@ def test_generate_batch_rejects_matchers_without_their_grammar(engine: Transform
         engine.generate_batch([prompt], 4, matchers=[grammar.matcher(TOOLS)])
     with pytest.raises(ValueError, match="matchers"):
         engine.generate_batch([prompt, prompt], 4, matchers=[None], grammar=grammar)
+
+
+def test_the_auto_grammar_allows_text_and_makes_every_opened_call_well_formed(engine: TransformersEngine) -> None:
+    grammar = engine.tool_call_grammar()
+    im_end = engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def accepts(text: str, then_stop: bool = True) -> bool:
+        matcher = grammar.matcher(TOOLS, required=False)
+        ids = engine.tokenizer(text, add_special_tokens=False)["input_ids"] + ([im_end] if then_stop else [])
+        return all(matcher.accept_token(i) for i in ids) and (not then_stop or matcher.is_terminated())
+
+    assert accepts("The answer is 4.")  # no call at all
+    assert accepts("Let me look.\n" + _call("execute_sql", {"query": "SELECT 1"}))  # text, then a call
+    assert accepts(_call("execute_sql", {"query": "SELECT 1"}) + "\n" + _call("commit_final_answer", {"answers": ["1"]}))
+    assert not accepts("Let me look.\n" + _call("drop_table", {"query": "x"}))  # an opened call names an offered tool
+    assert not accepts(_call("execute_sql", {"sql": "SELECT 1"}))  # with that tool's arguments
+    assert not accepts('<tool_call>\n{"name": "execute_sql", "arguments": {"query": "x"}}')  # and is closed
+    assert grammar.compiled(TOOLS, required=False) is not grammar.compiled(TOOLS)
+
+
+@pytest.mark.model
+def test_under_the_auto_grammar_a_call_the_model_opens_ends_well_formed(engine: TransformersEngine) -> None:
+    """The model is put inside an opened ``<tool_call>`` (its tokens in the prompt and fed to the
+    matcher) and sampled hot: every completion that stops closes one valid call."""
+    grammar = engine.tool_call_grammar()
+    names = [t.function.name for t in TOOLS]
+    opening = engine.tokenizer("<tool_call>\n", add_special_tokens=False)["input_ids"]
+    questions = ["How many rows does table t have?", "Delete the row of pets whose name is 'Rex'.", "Hello!"]
+    prompts = [engine.encode_prompt([Message(role="user", content=q)], TOOLS) + opening for q in questions]
+    stopped = 0
+    for seed in (1, 2):
+        matchers = [grammar.matcher(TOOLS, required=False) for _ in prompts]
+        for m in matchers:
+            assert all(m.accept_token(t) for t in opening)
+        out = engine.generate_batch(prompts, 120, temperature=1.5, seed=seed, matchers=matchers, grammar=grammar)
+        for ids, _ in out:
+            if ids[-1] not in engine.stop_token_ids:
+                continue  # a long string ran into the token limit
+            stopped += 1
+            parsed = parse_completion("<tool_call>\n" + engine.tokenizer.decode(ids[:-1]), names)
+            assert len(parsed.tool_calls) >= 1
+            for call in parsed.tool_calls:
+                args = json.loads(call.function.arguments)
+                assert set(args) == ({"query"} if call.function.name == "execute_sql" else {"answers"})
+    assert stopped >= 2
