@@ -104,7 +104,7 @@ def worked_example(
     messages: list[dict[str, Any]] = [{"role": "user", "content": user}]
     for i, (name, arguments, output) in enumerate(calls):
         call_id = f"{id_prefix}_{i}"
-        messages.append({"role": "assistant", "tool_calls": [function_call(call_id, name, arguments)]})
+        messages.append({"role": "assistant", "content": None, "tool_calls": [function_call(call_id, name, arguments)]})
         messages.append(tool_message(call_id, output))
     return messages
 
