@@ -165,15 +165,47 @@ def test_worker_death_ends_its_sessions_as_task_error_and_rejoin_works(make_stac
     assert interact(stack.url, sid2, call("answer", '{"value": 5}')).json()["reward"] == 1.0
 
 
-def test_silent_worker_gets_no_new_sessions_and_its_sessions_end(make_stack):
+def _silence_heartbeats(service) -> None:
+    """From now on the controller drops every heartbeat (as when the worker's beats are starved)."""
+    known = service.heartbeat
+
+    def drop(req):
+        for w in service.workers.values():
+            if w.name == req.name and w.address == req.address:
+                return w
+        return known(req)
+
+    service.heartbeat = drop
+    for w in service.workers.values():
+        w.last_heartbeat -= 5
+
+
+def test_a_silent_worker_that_answers_keeps_its_sessions_and_gets_no_new_ones(make_stack):
     stack = make_stack(heartbeat_timeout=0.5, dead_after=1.0)
     stack.add_worker(EchoTask)
     sid, _ = start(stack.url, "echo")
     service = stack.service
-    for w in service.workers.values():  # simulate a worker that stopped beating but still answers
-        w.last_heartbeat -= 5
+    _silence_heartbeats(service)
+    [worker] = service.workers.values()
+    answered = worker.last_answer  # its answer to start_sample; nothing is routed to it from here
+    wait_for(lambda: worker.last_answer > answered and not worker.probing, timeout=10)  # probed, answered
+    time.sleep(1.5)  # past dead_after again: probed again, still alive
+    assert list(service.workers.values()) == [worker] and not worker.dead
+    out = interact(stack.url, sid, call("echo", '{"text": "x"}'))
+    assert out.status_code == 200 and out.json()["status"] != "task error"  # its session goes on
+    r = httpx.post(f"{stack.url}/api/start_sample", json={"name": "echo", "index": 0})
+    assert_error(r, 503, "no_worker")  # but no new sessions while its heartbeats are late
+
+
+def test_a_silent_worker_that_does_not_answer_is_dead_and_its_sessions_end(make_stack):
+    stack = make_stack(heartbeat_timeout=0.5, dead_after=1.0)
+    worker = stack.add_worker(EchoTask)
+    sid, _ = start(stack.url, "echo")
+    service = stack.service
+    _silence_heartbeats(service)
+    worker.stop()
     wait_for(lambda: not service.workers)
-    assert_error(interact(stack.url, sid, call("echo", '{"text": "x"}')), 409, "session_finished", "no heartbeat")
+    assert_error(interact(stack.url, sid, call("echo", '{"text": "x"}')), 409, "session_finished", "/health did not answer")
 
 
 def test_idle_sessions_expire_on_the_worker(make_stack):

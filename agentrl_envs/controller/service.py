@@ -6,8 +6,13 @@ Contract (AgentRL's controller, docs/protocol.md "Worker → controller: the hea
   ``heartbeat_timeout`` (11 s); only live, non-stale workers get new sessions, and of those the
   one with the most free slots;
 * a session belongs to the worker that started it; one interact at a time per session;
-* when a worker dies (a request to it fails, or it is silent for ``dead_after``), its sessions end
-  with status ``task error`` and an error saying so; when it beats again it re-registers as new;
+* when a worker dies (a request to it fails, or it is silent for ``dead_after`` and does not
+  answer a probe either), its sessions end with status ``task error`` and an error saying so;
+  when it beats again it re-registers as new. Silence is counted from its last heartbeat *or*
+  last answer to a routed request, whichever is later: a worker busy with sessions is alive
+  even when its heartbeats are late. A worker whose heartbeats are late gets no new sessions
+  (backpressure) but keeps the ones it has; only one that answers neither heartbeats, requests
+  nor a ``GET /health`` probe on its own connection (any HTTP answer counts) is declared dead;
 * ended sessions are remembered (bounded) so a late interact gets "already ended", not "unknown".
 """
 
@@ -23,6 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import orjson
 
 from ..errors import (
@@ -56,6 +62,8 @@ class Worker:
     stale: bool = False
     dead: bool = False
     sessions: set[int] = field(default_factory=set)
+    last_answer: float = 0.0  # time.monotonic() of its last answer to a routed request
+    probing: bool = False
 
     def free(self) -> int:
         return self.concurrency - len(self.sessions)
@@ -109,6 +117,8 @@ class ControllerService:
         self._ids = itertools.count(int(time.time() * 1000) % 10**12)
         self._http: UpstreamPool | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._probes: set[asyncio.Task[None]] = set()
+        self.probe_timeout = min(5.0, max(0.5, heartbeat_timeout / 2))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -121,6 +131,8 @@ class ControllerService:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        for task in list(self._probes):
+            task.cancel()
         if self._http:
             await self._http.close()
 
@@ -198,6 +210,7 @@ class ControllerService:
         assert self._http is not None, "controller not started"
         try:
             status, raw = await self._http.post(w.address, path, orjson.dumps(body), timeout)
+            w.last_answer = time.monotonic()  # proof of life, whatever the heartbeats say
             return status, orjson.loads(raw) if raw else None
         except (UpstreamError, orjson.JSONDecodeError) as e:
             raise WorkerUnreachableError(f"worker {w.address} failed on {path}: {e}") from e
@@ -342,14 +355,39 @@ class ControllerService:
 
     # ------------------------------------------------------------------ background
 
+    async def _probe(self, w: Worker, silent: float) -> None:
+        """A silent worker is dead only if it does not answer ``GET /health`` on a connection of
+        its own (not queued behind session traffic) within ``probe_timeout``."""
+        try:
+            async with httpx.AsyncClient(timeout=self.probe_timeout) as client:
+                await client.get(f"{w.address}/health")
+        except httpx.HTTPError as e:
+            await self._worker_died(
+                w, f"no heartbeat or answer for {silent:.0f} s, and /health did not answer ({type(e).__name__})"
+            )
+        else:
+            w.last_answer = time.monotonic()
+            log.warning(
+                "worker %s (%r at %s): no heartbeat for %.0f s but it answers: kept, no new sessions until it beats",
+                w.id,
+                w.name,
+                w.address,
+                silent,
+            )
+        finally:
+            w.probing = False
+            self._probes.discard(asyncio.current_task())  # type: ignore[arg-type]
+
     async def _sweep_loop(self) -> None:
         period = max(0.05, min(1.0, self.heartbeat_timeout / 4))
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
             for w in list(self.workers.values()):
-                if now - w.last_heartbeat > self.dead_after:
-                    await self._worker_died(w, f"no heartbeat for {now - w.last_heartbeat:.0f} s")
+                silent = now - max(w.last_heartbeat, w.last_answer)
+                if silent > self.dead_after and not w.probing and not w.dead:
+                    w.probing = True
+                    self._probes.add(asyncio.create_task(self._probe(w, silent)))
             for sid, s in list(self.sessions.items()):
                 if not s.busy and now - s.last_active > self.idle_timeout:
                     log.info("session %d idle for %.0f s: cancelled", sid, now - s.last_active)
