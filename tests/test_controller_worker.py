@@ -9,6 +9,7 @@ import httpx
 from stack_helpers import wait_for
 from tasks_for_tests import Calc, call
 
+from agentrl_envs import tool
 from agentrl_envs.tasks.echo import EchoTask
 
 
@@ -223,3 +224,35 @@ def test_a_step_past_the_interaction_timeout_ends_as_task_error(make_stack):
     sid, _ = start(stack.url)
     out = interact(stack.url, sid, call("nap", '{"seconds": 5}')).json()
     assert out["finish"] and out["status"] == "task error" and "step exceeded 0.3 s" in out["metrics"]["error"]
+
+
+class StallingEcho(EchoTask):
+    name = "stall"
+
+    @tool
+    async def stall(self, seconds: float) -> str:
+        """Block the worker's event loop (a badly written tool, or a loop saturated by traffic).
+
+        Args:
+            seconds: How long to block.
+        """
+        time.sleep(seconds)
+        return "done"
+
+
+def test_heartbeats_go_on_while_the_workers_event_loop_is_blocked(make_stack, monkeypatch):
+    """The worker beats from a thread of its own: a loop blocked for 3 s (past dead_after, and the
+    /health probe cannot be answered either) does not get the worker declared dead."""
+    import agentrl_envs.worker.service as worker_service
+
+    monkeypatch.setattr(worker_service, "HEARTBEAT_INTERVAL_S", 0.2)
+    stack = make_stack(heartbeat_timeout=0.5, dead_after=1.0)
+    stack.add_worker(StallingEcho)
+    sid, _ = start(stack.url, "stall")
+    [worker] = stack.service.workers.values()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        stalled = pool.submit(interact, stack.url, sid, call("stall", '{"seconds": 3}'))
+        time.sleep(2.5)  # the loop is blocked; the heartbeat thread still beats
+        assert list(stack.service.workers.values()) == [worker] and not worker.dead
+        out = stalled.result()
+    assert out.status_code == 200 and out.json()["messages"][0]["content"] == "done"

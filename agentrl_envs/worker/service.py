@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,8 @@ class WorkerService:
         self.sessions: dict[int, _Session] = {}
         self._pending = 0  # sessions being started: they hold a slot before they exist
         self._background: list[asyncio.Task[None]] = []
+        self._heartbeat_stop = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
 
     @property
     def name(self) -> str:
@@ -70,9 +73,15 @@ class WorkerService:
         await self.runtime.open()
         self._background.append(asyncio.create_task(self._expire_loop()))
         if self.controller_url and self.self_address:
-            self._background.append(asyncio.create_task(self._heartbeat_loop()))
+            self._heartbeat_stop.clear()
+            self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="worker-heartbeat", daemon=True)
+            self._heartbeat_thread.start()
 
     async def shutdown(self) -> None:
+        self._heartbeat_stop.set()
+        if self._heartbeat_thread is not None:
+            await asyncio.to_thread(self._heartbeat_thread.join, 10.0)
+            self._heartbeat_thread = None
         for t in self._background:
             t.cancel()
         for t in self._background:
@@ -155,18 +164,20 @@ class WorkerService:
                     with contextlib.suppress(UnknownSessionError):
                         await self.cancel(sid)
 
-    async def _heartbeat_loop(self) -> None:
+    def _heartbeat_loop(self) -> None:
+        """Beats on a thread and a connection of its own, so that session traffic saturating the
+        event loop cannot delay the heartbeats into the controller's dead-worker timeout."""
         body = {"name": self.name, "address": self.self_address, "concurrency": self.concurrency, "indices": self.runtime.indices}
         url = f"{self.controller_url}/receive_heartbeat"
-        async with httpx.AsyncClient(timeout=5.0) as http:
+        with httpx.Client(timeout=5.0) as http:
             registered = False
-            while True:
+            while not self._heartbeat_stop.is_set():
                 try:
-                    (await http.post(url, json=body)).raise_for_status()
+                    http.post(url, json=body).raise_for_status()
                     registered = True
                 except httpx.HTTPError as e:
                     if registered:
                         log.warning("heartbeat to %s failed: %r", url, e)
                     registered = False
                 # Until the controller has answered once (it may still be starting), retry fast.
-                await asyncio.sleep(HEARTBEAT_INTERVAL_S if registered else 0.25)
+                self._heartbeat_stop.wait(HEARTBEAT_INTERVAL_S if registered else 0.25)
