@@ -47,7 +47,7 @@ class Completion(NamedTuple):
 
 
 class _Request:
-    __slots__ = ("row", "tools", "call_required", "future", "loop", "arrived")
+    __slots__ = ("row", "tools", "call_required", "future", "loop")
 
     def __init__(
         self,
@@ -58,7 +58,6 @@ class _Request:
         loop: asyncio.AbstractEventLoop,
     ):
         self.row, self.tools, self.call_required, self.future, self.loop = row, tools, call_required, future, loop
-        self.arrived = time.monotonic()
 
 
 class BatchSampler:
@@ -197,44 +196,42 @@ class BatchSampler:
 
     # ------------------------------------------------------------------ the sampler thread
 
-    def _take(self, block: bool) -> bool:
-        """Move waiting requests to ``_pending``; False when asked to stop."""
-        try:
-            item = self._queue.get(timeout=None) if block else self._queue.get_nowait()
-        except queue.Empty:
-            return True
+    def _keep(self, item: _Request | None) -> bool:
+        """File a queue item under ``_pending``; False for the stop sentinel."""
         if item is None:
             return False
         if item is not _WAKE:
             self._pending.append(item)
+        return True
+
+    def _take(self, block: bool) -> bool:
+        """Move waiting requests to ``_pending``; False when asked to stop."""
+        try:
+            if not self._keep(self._queue.get() if block else self._queue.get_nowait()):
+                return False
+        except queue.Empty:
+            return True
         if block and not self._hold.is_set():  # idle: give the first request company
             deadline = time.monotonic() + self.batch_wait_s
-            while len(self._pending) < self.max_batch:
-                left = deadline - time.monotonic()
+            while len(self._pending) < self.max_batch and (left := deadline - time.monotonic()) > 0:
                 try:
-                    item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                    if not self._keep(self._queue.get(timeout=left)):
+                        return False
                 except queue.Empty:
                     break
-                if item is None:
-                    return False
-                if item is not _WAKE:
-                    self._pending.append(item)
-        while True:
+        while True:  # and whatever else is waiting
             try:
-                item = self._queue.get_nowait()
+                if not self._keep(self._queue.get_nowait()):
+                    return False
             except queue.Empty:
                 return True
-            if item is None:
-                return False
-            if item is not _WAKE:
-                self._pending.append(item)
 
     def _serve(self) -> None:
         while True:
             idle = self.running == 0
             if idle and self._hold.is_set():
                 self._drained.set()
-            if not self._take(block=idle and not self._pending or idle and self._hold.is_set()):
+            if not self._take(block=idle and (not self._pending or self._hold.is_set())):
                 return
             self._pending = [r for r in self._pending if not r.future.cancelled()]
             if self._pending and not self._hold.is_set() and self.running < self.max_batch:

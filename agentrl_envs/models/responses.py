@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..chat.engine import ChatGeneration
-from ..chat.errors import BadModelRequestError, ContextLengthError
+from ..chat.errors import BadModelRequestError
 from ..schema import FunctionCall, FunctionDefinition, Message, ResponsesRequest, ToolCall, ToolDefinition
 
 __all__ = ["to_chat", "to_response", "truncate"]
@@ -163,12 +163,9 @@ async def truncate(
     keep = next((i for i, m in enumerate(messages) if m.role == "user"), 0) + 1  # system + the task
     messages = list(messages)
     while True:
-        try:
-            prepared = await prepare(messages, tools, tool_choice)
-        except ContextLengthError:
-            prepared = None
-        room = getattr(backend, "max_context", 0) - (len(prepared.prompt_ids) if prepared else 0)
-        if prepared is not None and room >= min(256, getattr(backend, "default_max_tokens", 256)):
+        prepared = await prepare(messages, tools, tool_choice)
+        room = getattr(backend, "max_context", 0) - len(prepared.prompt_ids)
+        if room >= min(256, getattr(backend, "default_max_tokens", 256)):
             return messages
         if len(messages) <= keep:
             return messages  # nothing left to drop: the request fails or runs short, as it is

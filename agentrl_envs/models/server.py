@@ -50,7 +50,6 @@ from .service import StreamDelta
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_TOKENS = 512
 MAX_N = 16
 
 
@@ -249,16 +248,13 @@ def serve_model(
     served_model_name: str | None = None,
     num_threads: int | None = None,
     log_level: str = "info",
-    max_batch: int = 16,
-    default_max_tokens: int = DEFAULT_MAX_TOKENS,
-    max_tokens_limit: int | None = 1024,
-    max_request_seconds: float | None = 150.0,
-    repetition_window: int = 64,
+    **service_options: Any,
 ) -> None:
     """Load the model, then serve the OpenAI API with uvicorn until interrupted (blocking).
 
-    Up to ``max_batch`` concurrent requests decode together (continuous batching). The socket
-    opens only after the model is loaded, so ``/health`` answering means ready.
+    ``service_options`` go to :class:`.service.ChatService` (``max_batch``: requests decoded
+    together; the budget caps and guards). The socket opens only after the model is loaded, so
+    ``/health`` answering means ready.
     """
     import uvicorn
 
@@ -268,14 +264,7 @@ def serve_model(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = TransformersEngine(model, num_threads=num_threads)
     log.info("model %s loaded in %.1f s; serving on http://%s:%d/v1", engine.name, engine.load_seconds, host, port)
-    service = ChatService(
-        engine,
-        max_batch=max_batch,
-        default_max_tokens=default_max_tokens,
-        max_tokens_limit=max_tokens_limit,
-        max_request_seconds=max_request_seconds,
-        repetition_window=repetition_window,
-    )
+    service = ChatService(engine, **service_options)
     try:
         uvicorn.run(create_app(service, served_model_name=served_model_name), host=host, port=port, log_level=log_level)
     finally:

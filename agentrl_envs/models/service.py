@@ -88,11 +88,9 @@ class ChatService:
     async def prepare(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition] | None, tool_choice: Any
     ) -> PreparedChat:
-        """Render the prompt (raises :class:`~agentrl_envs.chat.errors.ContextLengthError` when it
-        leaves no room for an answer)."""
-        prepared = await asyncio.to_thread(self.engine.prepare_chat, messages, tools, tool_choice)
-        self.engine.check_prompt_length(prepared.prompt_ids)
-        return prepared
+        """Render the prompt and pick the grammar (the sampler refuses a prompt that leaves no
+        room for an answer with :class:`~agentrl_envs.chat.errors.ContextLengthError`)."""
+        return await asyncio.to_thread(self.engine.prepare_chat, messages, tools, tool_choice)
 
     async def _sample(
         self,
