@@ -81,7 +81,12 @@ def task_options(task: str, pairs: list[str] | None) -> dict[str, Any]:
 def cmd_controller(a: argparse.Namespace) -> int:
     from .controller import ControllerService, create_controller_app
 
-    service = ControllerService(heartbeat_timeout=a.heartbeat_timeout, idle_timeout=a.idle_timeout)
+    service = ControllerService(
+        heartbeat_timeout=a.heartbeat_timeout,
+        dead_after=a.dead_after,
+        idle_timeout=a.idle_timeout,
+        interaction_timeout=a.interaction_timeout,
+    )
     print(f"controller listening on http://{a.host}:{a.port}/api", flush=True)
     _uvicorn_run(create_controller_app(service), a.host, a.port, a.log_level)
     return 0
@@ -97,7 +102,12 @@ def cmd_worker(a: argparse.Namespace) -> int:
     runtime = TaskRuntime(cls, split=split, data=a.data, config=task_options(a.task, a.option))
     self_address = a.self_address or f"http://{a.host}:{a.port}/api"
     service = WorkerService(
-        runtime, concurrency=a.concurrency, idle_timeout=a.idle_timeout, controller_url=a.controller, self_address=self_address
+        runtime,
+        concurrency=a.concurrency,
+        idle_timeout=a.idle_timeout,
+        controller_url=a.controller,
+        self_address=self_address,
+        heartbeat_interval=a.heartbeat_interval,
     )
     print(f"worker {a.task!r} ({len(runtime.indices)} samples) at {self_address}", flush=True)
     _uvicorn_run(create_worker_app(service), a.host, a.port, a.log_level)
@@ -309,7 +319,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--heartbeat-timeout", type=float, default=11.0, help="seconds of silence before a worker gets no new sessions"
     )
+    sp.add_argument(
+        "--dead-after",
+        type=float,
+        default=30.0,
+        help="seconds without a heartbeat or an answer before a worker is probed (GET /health) and, if silent, dropped",
+    )
     sp.add_argument("--idle-timeout", type=float, default=300.0, help="seconds before an idle session is cancelled")
+    sp.add_argument("--interaction-timeout", type=float, default=240.0, help="seconds a worker may take over one request")
     sp.set_defaults(func=cmd_controller)
 
     sp = sub.add_parser("worker", help="run a worker serving one task")
@@ -322,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--concurrency", type=int, help="max concurrent sessions (default: the task's)")
     sp.add_argument("--idle-timeout", type=float, default=300.0)
+    sp.add_argument("--heartbeat-interval", type=float, default=8.0, help="seconds between heartbeats to the controller")
     sp.set_defaults(func=cmd_worker)
 
     sp = sub.add_parser("up", help="start a controller and one worker per task as local processes")

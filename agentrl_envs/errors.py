@@ -10,6 +10,7 @@ AgentRLEnvsError
 │   ├── CapacityError          the worker is full (HTTP 406), carries active/max sessions
 │   ├── NoWorkerError          no live worker serves the task (HTTP 503)
 │   ├── WorkerUnreachableError the worker died or cannot be reached
+│   ├── SessionLostError       the session was opened on an earlier run of a restarted controller (HTTP 410)
 │   ├── ControllerError        a controller request failed (carries status code and body)
 │   └── ModelServerError       the model (policy) server failed or answered nothing usable
 └── SessionError               the client misused the API (HTTP 4xx)
@@ -83,6 +84,14 @@ class NoWorkerError(InfrastructureError):
 class WorkerUnreachableError(InfrastructureError):
     code = "worker_unreachable"
     http_status = 502
+
+
+class SessionLostError(InfrastructureError):
+    """The session was opened on an earlier run of the controller, which has since restarted and
+    no longer knows it: the episode is lost through no fault of the model; retry the sample."""
+
+    code = "session_lost"
+    http_status = 410
 
 
 class ControllerError(InfrastructureError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 
 import httpx
@@ -240,14 +241,11 @@ class StallingEcho(EchoTask):
         return "done"
 
 
-def test_heartbeats_go_on_while_the_workers_event_loop_is_blocked(make_stack, monkeypatch):
+def test_heartbeats_go_on_while_the_workers_event_loop_is_blocked(make_stack):
     """The worker beats from a thread of its own: a loop blocked for 3 s (past dead_after, and the
     /health probe cannot be answered either) does not get the worker declared dead."""
-    import agentrl_envs.worker.service as worker_service
-
-    monkeypatch.setattr(worker_service, "HEARTBEAT_INTERVAL_S", 0.2)
     stack = make_stack(heartbeat_timeout=0.5, dead_after=1.0)
-    stack.add_worker(StallingEcho)
+    stack.add_worker(StallingEcho, heartbeat_interval=0.2)
     sid, _ = start(stack.url, "stall")
     [worker] = stack.service.workers.values()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -256,3 +254,69 @@ def test_heartbeats_go_on_while_the_workers_event_loop_is_blocked(make_stack, mo
         assert list(stack.service.workers.values()) == [worker] and not worker.dead
         out = stalled.result()
     assert out.status_code == 200 and out.json()["messages"][0]["content"] == "done"
+
+
+def test_a_restarted_controller_reports_lost_sessions_and_reconciles_its_workers(make_stack):
+    """After a controller restart: a session of the earlier run is ``session_lost`` (410, an
+    infrastructure failure to retry), not "unknown"; the worker re-registers, the sessions it
+    still holds are cancelled (nothing idles until the idle timeout), new sessions work."""
+    from agentrl_envs.controller import ControllerService, create_controller_app
+    from agentrl_envs.stack import ServerThread
+
+    stack = make_stack(heartbeat_timeout=2.0)
+    worker = stack.add_worker(Calc, heartbeat_interval=0.2)
+    sid, _ = start(stack.url)
+    assert httpx.get(f"{worker.url}/api/worker_status").json()["current"] == 1
+    port = stack.controller.port
+    stack.controller.stop()
+    time.sleep(0.002)  # the next run's ids start from a later millisecond
+    stack.service = ControllerService(heartbeat_timeout=2.0)
+    stack.controller = ServerThread(create_controller_app(stack.service), port=port).start()
+    assert_error(interact(stack.url, sid, call("add", '{"x": 1}')), 410, "session_lost", "earlier run of this controller")
+    assert_error(httpx.post(f"{stack.url}/api/cancel", headers={"session_id": str(sid)}), 410, "session_lost")
+    assert_error(interact(stack.url, 123, call("add", '{"x": 1}')), 404, "unknown_session")
+    wait_for(lambda: httpx.get(f"{stack.url}/api/list_workers").json().get("calc"))
+    wait_for(lambda: httpx.get(f"{worker.url}/api/worker_status").json()["current"] == 0)
+    new, _ = start(stack.url)
+    assert interact(stack.url, new, call("answer", '{"value": 5}')).json()["status"] == "completed"
+
+
+class HangingEcho(EchoTask):
+    name = "hang"
+    finished = threading.Event()
+
+    @tool
+    async def hang(self, seconds: float) -> str:
+        """Block the worker's event loop, as a hung (SIGSTOPped) worker would.
+
+        Args:
+            seconds: How long to block.
+        """
+        time.sleep(seconds)
+        HangingEcho.finished.set()
+        return "done"
+
+
+def test_requests_in_flight_to_a_worker_declared_dead_are_answered_at_once(make_stack):
+    """A worker that stops answering everything (heartbeats, requests, /health) is declared dead
+    after dead_after and a failed probe; the step in flight to it is answered ``task error`` then,
+    while the worker is still hung, not when the interaction timeout fires."""
+    from agentrl_envs.episode import TaskRuntime
+    from agentrl_envs.stack import ServerThread
+    from agentrl_envs.worker import WorkerService, create_worker_app
+
+    stack = make_stack(heartbeat_timeout=0.5, dead_after=1.0, interaction_timeout=60.0)
+    # No heartbeat thread: the test beats for the worker, and stops beating when it hangs.
+    service = WorkerService(TaskRuntime(HangingEcho, split="dev"))
+    worker = ServerThread(create_worker_app(service)).start()
+    stack.workers.append(worker)
+    beat = {"name": "hang", "address": f"{worker.url}/api", "concurrency": 8, "indices": list(range(8))}
+    assert httpx.post(f"{stack.url}/api/receive_heartbeat", json=beat).status_code == 200
+    sid, _ = start(stack.url, "hang")
+    HangingEcho.finished.clear()
+    out = interact(stack.url, sid, call("hang", '{"seconds": 8}'), timeout=60)
+    assert not HangingEcho.finished.is_set(), "answered only after the worker came back"
+    body = out.json()
+    assert out.status_code == 200 and body["finish"] and body["status"] == "task error", body
+    assert "did not answer" in body["metrics"]["error"], body
+    HangingEcho.finished.wait(30)

@@ -13,7 +13,15 @@ Contract (AgentRL's controller, docs/protocol.md "Worker → controller: the hea
   even when its heartbeats are late. A worker whose heartbeats are late gets no new sessions
   (backpressure) but keeps the ones it has; only one that answers neither heartbeats, requests
   nor a ``GET /health`` probe on its own connection (any HTTP answer counts) is declared dead;
-* ended sessions are remembered (bounded) so a late interact gets "already ended", not "unknown".
+* a worker declared dead has its requests in flight failed at once (their sessions end
+  ``task error`` then, not at the interaction timeout);
+* when a worker registers (first heartbeat, or again after being declared dead) the controller
+  cancels the sessions it holds that the controller does not know (left from an earlier run of
+  the controller, or ended while the worker was unreachable), so nothing idles on a worker;
+* ended sessions are remembered (bounded) so a late interact gets "already ended", not "unknown";
+  session ids are ``start time in ms × 1000 + n``, so an id from an earlier run of a restarted
+  controller is told apart (:class:`SessionLostError`, HTTP 410: retry the sample) from one
+  that never existed.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from ..errors import (
     SessionBusyError,
     SessionError,
     SessionFinishedError,
+    SessionLostError,
     UnknownSampleError,
     UnknownSessionError,
     WorkerUnreachableError,
@@ -49,6 +58,8 @@ from .upstream import UpstreamError, UpstreamPool
 log = logging.getLogger(__name__)
 
 VERSION = "agentrl-envs-controller/0.1.0"
+# Session ids of controllers started after 2020-09-13 (1.6e12 ms) are at least this.
+_ID_FLOOR = 1_600_000_000_000 * 1000
 
 
 @dataclass
@@ -112,12 +123,16 @@ class ControllerService:
         self.sessions: dict[int, Session] = {}
         self.ended: OrderedDict[int, tuple[str, str]] = OrderedDict()  # id -> (status, why)
         self._remember_ended = remember_ended
-        # Session ids are ints on AgentRL's wire; start from the clock so a restarted
-        # controller does not hand out ids a worker may still hold.
-        self._ids = itertools.count(int(time.time() * 1000) % 10**12)
+        # Session ids are ints on AgentRL's wire (kept under 2**53 for JSON readers that use
+        # doubles). Start time in ms × 1000: a restarted controller never hands out an id an
+        # earlier run did (that would take a million sessions per second of uptime), and an id
+        # below its first one is from an earlier run.
+        self.first_id = int(time.time() * 1000) * 1000
+        self.started_at = time.time()
+        self._ids = itertools.count(self.first_id)
         self._http: UpstreamPool | None = None
         self._sweeper: asyncio.Task[None] | None = None
-        self._probes: set[asyncio.Task[None]] = set()
+        self._probes: set[asyncio.Task[None]] = set()  # probes and reconciliations in flight
         self.probe_timeout = min(5.0, max(0.5, heartbeat_timeout / 2))
 
     # ------------------------------------------------------------------ lifecycle
@@ -151,7 +166,27 @@ class ControllerService:
         self.workers[w.id] = w
         log.info("worker %s registered: task %r at %s (concurrency %d)", w.id, w.name, w.address, w.concurrency)
         self.metrics.workers.labels(w.name).inc()
+        self._background(self._reconcile(w))
         return w
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._probes.add(task)
+        task.add_done_callback(self._probes.discard)
+
+    async def _reconcile(self, w: Worker) -> None:
+        """Cancel the sessions a newly registered worker holds that this controller does not know."""
+        try:
+            async with httpx.AsyncClient(timeout=self.probe_timeout) as client:
+                held = (await client.get(f"{w.address}/get_sessions")).json()
+                orphans = [int(sid) for sid in held if int(sid) not in self.sessions and int(sid) not in w.sessions]
+                for sid in orphans:
+                    await client.post(f"{w.address}/cancel", json={"session_id": sid})
+        except (httpx.HTTPError, ValueError, TypeError, AttributeError) as e:
+            log.warning("worker %s at %s: could not list or cancel its sessions: %r", w.id, w.address, e)
+            return
+        if orphans:
+            log.info("worker %s at %s held %d sessions this controller does not know: cancelled", w.id, w.address, len(orphans))
 
     def mark_stale(self, name: str, worker_id: str, stale: bool) -> Worker:
         w = self.workers.get(worker_id)
@@ -183,6 +218,8 @@ class ControllerService:
         for sid in list(w.sessions):
             self._end(sid, SampleStatus.TASK_ERROR, f"worker {w.address} serving this session died: {why}")
         self.workers.pop(w.id, None)
+        if self._http is not None and not any(o.address == w.address for o in self.workers.values()):
+            self._http.abort(w.address, f"worker {w.address} declared dead: {why}")
 
     # ------------------------------------------------------------------ sessions
 
@@ -203,6 +240,12 @@ class ControllerService:
             status, why = self.ended[sid]
             raise SessionFinishedError(
                 f"session {sid} already ended with status {status!r}" + (f": {why}" if why else ""), status=status
+            )
+        if _ID_FLOOR <= sid < self.first_id:
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
+            raise SessionLostError(
+                f"session {sid} was opened on an earlier run of this controller, which restarted at {started}: "
+                "its episode is lost; start the sample again"
             )
         raise UnknownSessionError(f"no session {sid}")
 
@@ -316,6 +359,9 @@ class ControllerService:
         return out
 
     def _failed(self, sid: int, why: str) -> dict[str, Any]:
+        if sid not in self.sessions and sid in self.ended:  # already ended (its worker was declared dead)
+            status, why = self.ended[sid]
+            return {"finish": True, "reward": 0, "status": status, "messages": [], "metrics": {"error": why}}
         name = self.sessions[sid].name if sid in self.sessions else "?"
         self._end(sid, SampleStatus.TASK_ERROR, why)
         self.metrics.interacts.labels(name, SampleStatus.TASK_ERROR.value).inc()
@@ -376,7 +422,6 @@ class ControllerService:
             )
         finally:
             w.probing = False
-            self._probes.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     async def _sweep_loop(self) -> None:
         period = max(0.05, min(1.0, self.heartbeat_timeout / 4))
@@ -387,7 +432,7 @@ class ControllerService:
                 silent = now - max(w.last_heartbeat, w.last_answer)
                 if silent > self.dead_after and not w.probing and not w.dead:
                     w.probing = True
-                    self._probes.add(asyncio.create_task(self._probe(w, silent)))
+                    self._background(self._probe(w, silent))
             for sid, s in list(self.sessions.items()):
                 if not s.busy and now - s.last_active > self.idle_timeout:
                     log.info("session %d idle for %.0f s: cancelled", sid, now - s.last_active)

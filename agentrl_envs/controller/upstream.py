@@ -9,6 +9,7 @@ of idle connections per worker, writes requests and matches each response to its
 Contract: ``await pool.post(address, path, body, timeout) -> (status, body_bytes)``; raises
 :class:`UpstreamError` when the worker cannot be reached, closes the connection mid-request,
 sends something that is not HTTP, or does not answer within ``timeout`` seconds.
+``pool.abort(address, why)`` fails every request in flight to a worker at once.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class UpstreamPool:
     def __init__(self) -> None:
         self._idle: dict[str, list[_Connection]] = {}
         self._targets: dict[str, tuple[str, int, str]] = {}
+        self._busy: dict[str, set[_Connection]] = {}  # connections with a request in flight
 
     def _target(self, address: str) -> tuple[str, int, str]:
         target = self._targets.get(address)
@@ -109,6 +111,8 @@ class UpstreamPool:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[tuple[int, bytes]] = loop.create_future()
         conn.waiter = waiter
+        busy = self._busy.setdefault(address, set())
+        busy.add(conn)
         head = f"POST {prefix}/{path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         assert conn.transport is not None
         conn.transport.write(head.encode("latin-1") + body)
@@ -122,12 +126,24 @@ class UpstreamPool:
         finally:
             timer.cancel()
             conn.waiter = None
+            busy.discard(conn)
         if conn.closed:
             conn.close()
         else:
             conn.last_used = time.monotonic()
             self._idle.setdefault(address, []).append(conn)
         return result
+
+    def abort(self, address: str, why: str) -> int:
+        """Fail every request in flight to ``address`` now (its worker is known dead: waiting for
+        the request timeout would only delay the answer) and drop its idle connections."""
+        busy = self._busy.pop(address, set())
+        for conn in busy:
+            conn._fail(UpstreamError(why))
+            conn.close()
+        for conn in self._idle.pop(address, []):
+            conn.close()
+        return len(busy)
 
     async def close(self) -> None:
         for conns in self._idle.values():

@@ -50,6 +50,7 @@ class WorkerService:
         interaction_timeout: float = 240.0,
         controller_url: str | None = None,
         self_address: str | None = None,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
     ) -> None:
         self.runtime = runtime
         self.concurrency = concurrency or runtime.task_cls.concurrency
@@ -57,6 +58,7 @@ class WorkerService:
         self.interaction_timeout = interaction_timeout
         self.controller_url = api_url(controller_url).rstrip("/") if controller_url else None
         self.self_address = self_address
+        self.heartbeat_interval = heartbeat_interval
         self.sessions: dict[int, _Session] = {}
         self._pending = 0  # sessions being started: they hold a slot before they exist
         self._background: list[asyncio.Task[None]] = []
@@ -180,4 +182,4 @@ class WorkerService:
                         log.warning("heartbeat to %s failed: %r", url, e)
                     registered = False
                 # Until the controller has answered once (it may still be starting), retry fast.
-                self._heartbeat_stop.wait(HEARTBEAT_INTERVAL_S if registered else 0.25)
+                self._heartbeat_stop.wait(self.heartbeat_interval if registered else min(0.25, self.heartbeat_interval))
