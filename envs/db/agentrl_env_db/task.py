@@ -10,7 +10,8 @@ prompt) and ``"max_turns": 3``: a session's round limit is the ``max_turns`` opt
 its sample's ``max_turns``, else 15. Everything else (tools, scoring) is the same.
 
 Each session has its own database (see :mod:`.backends`), created in ``setup`` and dropped in
-``teardown``.
+``teardown``; on MySQL, what a killed worker left is dropped by the next worker (see
+:mod:`.backends.mysql`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class DBConfig(BaseModel):
     Backend:
         backend: ``sqlite`` (in-process, offline) or ``mysql`` (a MySQL 8 / MariaDB server).
         mysql_url: ``mysql://USER:PASSWORD@HOST:PORT`` of the server; required for ``mysql``.
+        reap_interval_s: ``mysql``: seconds between sweeps that drop the databases and users of
+            dead workers sharing the server (one sweep always runs at start; 0: only that one).
 
     Limits:
         statement_timeout_s: a statement running longer is stopped and reported as timed out.
@@ -46,6 +49,9 @@ class DBConfig(BaseModel):
 
     backend: Literal["sqlite", "mysql"] = Field("sqlite", description="Database engine: 'sqlite' or 'mysql'.")
     mysql_url: str | None = Field(None, description="mysql://USER:PASSWORD@HOST:PORT (backend 'mysql' only).")
+    reap_interval_s: float = Field(
+        60.0, ge=0, description="mysql: seconds between sweeps for dead workers' databases (0: only at start)."
+    )
     statement_timeout_s: float = Field(10.0, gt=0, description="Seconds one SQL statement may run.")
     max_output_chars: int = Field(800, gt=0, description="Characters of tool output before truncation.")
     max_turns: int | None = Field(
@@ -101,7 +107,10 @@ class DBTask(Task):
 
             assert config.mysql_url is not None
             return await MySQLBackend.connect(
-                config.mysql_url, statement_timeout_s=config.statement_timeout_s, max_output_chars=config.max_output_chars
+                config.mysql_url,
+                statement_timeout_s=config.statement_timeout_s,
+                max_output_chars=config.max_output_chars,
+                reap_interval_s=config.reap_interval_s,
             )
         from .backends.sqlite import SQLiteBackend
 

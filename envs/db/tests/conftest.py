@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from db_helpers import require_mysql
 
 from agentrl_envs import TaskRuntime, get_task
-
-MYSQL_URL = os.environ.get("AGENTRL_TEST_MYSQL_URL")
 
 
 async def _runtime(config: dict[str, Any]) -> AsyncIterator[TaskRuntime]:
@@ -25,9 +23,7 @@ async def _runtime(config: dict[str, Any]) -> AsyncIterator[TaskRuntime]:
 def _config(backend: str) -> dict[str, Any]:
     if backend == "sqlite":
         return {"backend": "sqlite", "statement_timeout_s": 1}
-    if not MYSQL_URL:
-        pytest.skip('set AGENTRL_TEST_MYSQL_URL (e.g. eval "$(.ci/mariadb.sh | tail -n1)")')
-    return {"backend": "mysql", "mysql_url": MYSQL_URL, "statement_timeout_s": 1}
+    return {"backend": "mysql", "mysql_url": require_mysql(), "statement_timeout_s": 1}
 
 
 @pytest.fixture

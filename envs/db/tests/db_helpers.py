@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
+
+import pytest
 
 from agentrl_envs import Episode, TaskRuntime
 from agentrl_envs.agent import InProcessSessions, run_episode
@@ -31,3 +34,15 @@ async def replay(runtime: TaskRuntime, index: int) -> float:
     assert t.outcome is not None and t.outcome.scored, f"sample {index}: {t.status.value}: {t.error}"
     assert t.metrics.get("stopped_by_client") is None, f"sample {index}: the reference ran out before the episode ended"
     return t.reward
+
+
+def require_mysql() -> str:
+    """The test server's URL (``AGENTRL_TEST_MYSQL_URL``); skips without one, except under
+    ``CI=true`` (``.ci/run`` starts the server), where it fails."""
+    url = os.environ.get("AGENTRL_TEST_MYSQL_URL")
+    if not url:
+        hint = 'set AGENTRL_TEST_MYSQL_URL (e.g. eval "$(.ci/mariadb.sh | tail -n1)")'
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but " + hint)
+        pytest.skip(hint)
+    return url

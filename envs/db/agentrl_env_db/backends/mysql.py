@@ -7,6 +7,16 @@ only grant is ``ALL ON that_db.*``; the model's statements run on a connection o
 a session cannot read, change or drop another session's tables, change global settings, or kill
 other queries. ``close`` drops the database and the user.
 
+Leftovers of dead workers: several workers may share one server, and a worker killed with SIGKILL
+cannot drop its sessions' databases. Each backend therefore has an *owner id* (8 random hex
+digits) that every name it creates carries, ``agentrl_db_<owner>_<session>``, and holds the
+server's named lock ``agentrl_db_owner_<owner>`` (``GET_LOCK``) on a connection of its own for its
+whole life. The server frees the lock the moment that connection drops, which it does when the
+process dies, however it dies. :meth:`MySQLBackend.reap` drops every ``agentrl_db_<owner>_…``
+database and user whose owner's lock is free (no live worker holds it); it runs when the backend
+connects and then every ``reap_interval_s`` seconds. Names of another shape (older versions'
+``agentrl_db_<16 hex>``) are never touched: nothing says whether their worker lives.
+
 Timeouts: the session connection sets ``max_statement_time`` (MariaDB) or
 ``max_execution_time`` (MySQL, SELECT only); as a backstop, a statement still running after the
 timeout (the model may change its own session variables) is stopped with ``KILL QUERY`` from an
@@ -19,7 +29,9 @@ cannot change it) with ``group_concat_max_len = 1024``, MySQL 8's default (Maria
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +49,23 @@ log = logging.getLogger(__name__)
 #: Seconds to wait for a killed statement to return before dropping its connection.
 _KILL_GRACE_S = 5.0
 _CHARSET = "utf8mb4"
+#: Every session database and user is named ``agentrl_db_<owner>_<session>`` (32 characters:
+#: MySQL's limit on user names).
+PREFIX = "agentrl_db_"
+_OWNED_NAME = re.compile(r"^agentrl_db_([0-9a-f]{8})_[0-9a-f]{12}$")
+#: The lock connection must outlive any idle time: the server's default wait_timeout is 8 h.
+_LOCK_WAIT_TIMEOUT_S = 31536000
+
+
+def owner_of(name: str) -> str | None:
+    """The owner id in a session database/user name, or ``None`` for a name of another shape."""
+    m = _OWNED_NAME.match(name)
+    return m.group(1) if m else None
+
+
+def owner_lock(owner: str) -> str:
+    """The named lock a live backend with owner id ``owner`` holds."""
+    return f"agentrl_db_owner_{owner}"
 
 
 @dataclass(frozen=True)
@@ -68,19 +97,40 @@ def _escape_percent(sql: str) -> str:
 
 
 class MySQLBackend:
-    """The worker-wide admin pool; opens per-session databases."""
+    """The worker-wide admin pool and owner lock; opens per-session databases, reaps dead workers' ones."""
 
     def __init__(
-        self, address: ServerAddress, pool: Any, *, mariadb: bool, statement_timeout_s: float, max_output_chars: int
+        self,
+        address: ServerAddress,
+        pool: Any,
+        *,
+        mariadb: bool,
+        statement_timeout_s: float,
+        max_output_chars: int,
+        owner: str,
+        lock_conn: Any,
     ) -> None:
         self.address = address
         self.pool = pool
         self.mariadb = mariadb
         self.statement_timeout_s = statement_timeout_s
         self.max_output_chars = max_output_chars
+        self.owner = owner
+        self._lock_conn = lock_conn
+        self._reaper: asyncio.Task[None] | None = None
 
     @classmethod
-    async def connect(cls, url: str, *, statement_timeout_s: float, max_output_chars: int, pool_size: int = 8) -> MySQLBackend:
+    async def connect(
+        cls,
+        url: str,
+        *,
+        statement_timeout_s: float,
+        max_output_chars: int,
+        pool_size: int = 8,
+        reap_interval_s: float = 60.0,
+    ) -> MySQLBackend:
+        """Open the admin pool, take an owner id and its lock, reap dead workers' leftovers, and
+        (``reap_interval_s > 0``) keep reaping every ``reap_interval_s`` seconds until :meth:`close`."""
         address = ServerAddress.parse(url)
         pool = await asyncmy.create_pool(
             minsize=1,
@@ -92,16 +142,33 @@ class MySQLBackend:
             charset=_CHARSET,
             autocommit=True,
         )
-        async with pool.acquire() as conn, conn.cursor() as cur:
-            await cur.execute("SELECT VERSION()")
-            (version,) = await cur.fetchone()
-        return cls(
+        try:
+            async with pool.acquire() as conn, conn.cursor() as cur:
+                await cur.execute("SELECT VERSION()")
+                (version,) = await cur.fetchone()
+            owner = secrets.token_hex(4)
+            lock_conn = await _lock_connection(address, owner)
+        except BaseException:
+            pool.close()
+            await pool.wait_closed()
+            raise
+        backend = cls(
             address,
             pool,
             mariadb="mariadb" in version.lower(),
             statement_timeout_s=statement_timeout_s,
             max_output_chars=max_output_chars,
+            owner=owner,
+            lock_conn=lock_conn,
         )
+        try:
+            await backend.reap()
+        except BaseException:
+            await backend.close()
+            raise
+        if reap_interval_s > 0:
+            backend._reaper = asyncio.get_running_loop().create_task(backend._reap_every(reap_interval_s))
+        return backend
 
     async def admin(self, *statements: str) -> list[tuple]:
         """Run statements on an admin connection; the last one's rows are returned."""
@@ -113,7 +180,7 @@ class MySQLBackend:
         return rows
 
     async def open_database(self) -> MySQLDatabase:
-        name = f"agentrl_db_{secrets.token_hex(8)}"
+        name = f"{PREFIX}{self.owner}_{secrets.token_hex(6)}"
         password = secrets.token_urlsafe(18)
         db = quote_identifier(name)
         account = f"'{name}'@'%'"
@@ -130,9 +197,116 @@ class MySQLBackend:
             raise
         return database
 
+    # ------------------------------------------------------------------ leftovers of dead workers
+
+    async def reap(self) -> list[str]:
+        """Drop the session databases and users of every owner whose lock no connection holds.
+
+        Never touches this backend's own names, nor names of another shape. Safe against a worker
+        starting meanwhile: a backend takes its lock before it creates anything. Returns the
+        names dropped (a database and its user share one)."""
+        databases, users = await self._names(PREFIX)
+        owners = {owner_of(n) for n in databases | users} - {None, self.owner}
+        dead = {o for o in owners if o is not None and await self._owner_is_dead(o)}
+        names = sorted(n for n in databases | users if owner_of(n) in dead)
+        for name in names:
+            await self._drop(name, drop_database=name in databases, drop_user=name in users)
+        if names:
+            log.info("dropped %d databases/users of dead DB workers: %s", len(names), ", ".join(names))
+        return names
+
+    async def _owner_is_dead(self, owner: str) -> bool:
+        rows = await self.admin(f"SELECT IS_USED_LOCK('{owner_lock(owner)}')")
+        return rows[0][0] is None
+
+    async def _drop(self, name: str, *, drop_database: bool = True, drop_user: bool = True) -> None:
+        """Drop one session's database and user; a statement of the dead worker's session that is
+        still running (it keeps the table locked) is killed first."""
+        try:
+            if drop_user:
+                for (conn_id,) in await self.admin(f"SELECT ID FROM information_schema.PROCESSLIST WHERE USER = '{name}'"):
+                    with contextlib.suppress(MySQLError):  # it may have ended meanwhile
+                        await self.admin(f"KILL {int(conn_id)}")
+            if drop_database:
+                await self.admin(f"DROP DATABASE IF EXISTS {quote_identifier(name)}")
+            if drop_user:
+                await self.admin(f"DROP USER IF EXISTS '{name}'@'%'")
+        except MySQLError:
+            log.warning("could not drop MySQL database/user %s of a dead worker", name, exc_info=True)
+
+    async def _reap_every(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self._keep_lock()
+                await self.reap()
+            except Exception:
+                log.warning("reaping dead DB workers' databases failed; retrying in %g s", interval_s, exc_info=True)
+
+    async def _keep_lock(self) -> None:
+        """Check that this backend still holds its owner lock; retake it on a new connection if
+        the lock connection was lost (server restart, network): until then other workers may take
+        this worker for dead."""
+        try:
+            async with self._lock_conn.cursor() as cur:
+                await cur.execute(f"SELECT IS_USED_LOCK('{owner_lock(self.owner)}') = CONNECTION_ID()")
+                (held,) = await cur.fetchone()
+            if held:
+                return
+        except Exception:
+            pass
+        log.warning("the owner lock of DB worker %s was lost; taking it again", self.owner)
+        old, self._lock_conn = self._lock_conn, await _lock_connection(self.address, self.owner)
+        old.close()
+
     async def close(self) -> None:
+        """Stop reaping, drop what this worker still has, release the owner lock and the pool."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reaper
+            self._reaper = None
+        try:
+            await self._drop_own()
+        except Exception:
+            log.warning("could not drop the databases DB worker %s still had", self.owner, exc_info=True)
+        if self._lock_conn is not None:
+            with contextlib.suppress(Exception):
+                await self._lock_conn.ensure_closed()
+            self._lock_conn = None
         self.pool.close()
         await self.pool.wait_closed()
+
+    async def _drop_own(self) -> None:
+        databases, users = await self._names(f"{PREFIX}{self.owner}_")
+        for name in sorted(databases | users):
+            await self._drop(name, drop_database=name in databases, drop_user=name in users)
+
+    async def _names(self, prefix: str) -> tuple[set[str], set[str]]:
+        """The databases and the users whose name starts with ``prefix``."""
+        like = "'" + prefix.replace("_", "!_") + "%' ESCAPE '!'"
+        schemata = await self.admin(f"SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE {like}")
+        users = await self.admin(f"SELECT DISTINCT User FROM mysql.user WHERE User LIKE {like}")
+        return {r[0] for r in schemata}, {r[0] for r in users}
+
+
+async def _lock_connection(address: ServerAddress, owner: str) -> Any:
+    """A connection of its own holding ``owner``'s lock: the proof, for other workers, that it lives."""
+    conn = await asyncmy.connect(
+        host=address.host, port=address.port, user=address.user, password=address.password, charset=_CHARSET, autocommit=True
+    )
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(f"SET SESSION wait_timeout = {_LOCK_WAIT_TIMEOUT_S}")
+            await cur.execute(f"SELECT GET_LOCK('{owner_lock(owner)}', 0)")
+            (got,) = await cur.fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    if got != 1:
+        conn.close()
+        raise RuntimeError(f"another connection holds the owner lock {owner_lock(owner)!r}")
+    return conn
 
 
 class MySQLDatabase:
