@@ -2,7 +2,9 @@
 
 Errors map onto :mod:`agentrl_envs.errors`: a refused connection or a 5xx is an
 :class:`~agentrl_envs.errors.InfrastructureError` (retry it), a 4xx about a session a
-:class:`~agentrl_envs.errors.SessionError` (the caller's bug).
+:class:`~agentrl_envs.errors.SessionError` (the caller's bug), except ``410 session_lost`` (the
+session was opened on an earlier run of a controller that has since restarted):
+:class:`~agentrl_envs.errors.SessionLostError`, an infrastructure failure (retry the sample).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .errors import (
     SessionBusyError,
     SessionError,
     SessionFinishedError,
+    SessionLostError,
     UnknownSampleError,
     UnknownSessionError,
     WorkerUnreachableError,
@@ -40,6 +43,7 @@ _BY_CODE: dict[str, type[AgentRLEnvsError]] = {
         UnknownSampleError,
         SessionBusyError,
         SessionFinishedError,
+        SessionLostError,
     )
 }
 
@@ -66,7 +70,12 @@ def _raise_for(response: httpx.Response) -> None:
         data = body.get("data", {}) if isinstance(body, dict) else {}
         raise CapacityError(message, active_sessions=data.get("active_sessions", -1), max_sessions=data.get("max_sessions", -1))
     if code in _BY_CODE:
-        raise _BY_CODE[code](message)
+        # The body's data rides along (e.g. session_finished's final ``status``).
+        data = body.get("data") if isinstance(body, dict) else None
+        extra = {k: v for k, v in data.items() if k != "message"} if isinstance(data, dict) else {}
+        raise _BY_CODE[code](message, **extra)
+    if response.status_code == 410:  # a session of an earlier run of a restarted controller
+        raise SessionLostError(message)
     if 400 <= response.status_code < 500:
         raise SessionError(message, status_code=response.status_code)
     raise ControllerError(message, status_code=response.status_code, body=response.text[:2000])
