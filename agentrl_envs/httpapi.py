@@ -83,6 +83,16 @@ def install_error_handlers(app: FastAPI) -> None:
 FastHandler = Callable[[dict[bytes, bytes], bytes], Awaitable[Any]]
 
 
+class WithHeaders:
+    """What a fast handler returns to add response headers to its JSON body."""
+
+    __slots__ = ("body", "headers")
+
+    def __init__(self, body: Any, headers: dict[str, str]) -> None:
+        self.body = body
+        self.headers = headers
+
+
 class FastRoutes:
     """An ASGI front that serves a few hot routes without FastAPI's routing and middleware stack.
 
@@ -109,8 +119,13 @@ class FastRoutes:
             if not message.get("more_body"):
                 break
         status = 200
+        extra: list[tuple[bytes, bytes]] = []
         try:
-            payload = orjson.dumps(await handler(dict(scope["headers"]), b"".join(chunks)))
+            result = await handler(dict(scope["headers"]), b"".join(chunks))
+            if type(result) is WithHeaders:
+                extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in result.headers.items()]
+                result = result.body
+            payload = orjson.dumps(result)
         except AgentRLEnvsError as e:
             status, payload = e.http_status, orjson.dumps({"detail": e.message, "error": e.code, "data": e.data})
         except ValidationError as e:
@@ -121,6 +136,6 @@ class FastRoutes:
         except Exception as e:
             log.exception("unhandled error on %s", scope["path"], exc_info=e)
             status, payload = 500, orjson.dumps({"detail": f"{type(e).__name__}: {e}", "error": "internal_error", "data": {}})
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})

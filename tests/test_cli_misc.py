@@ -42,7 +42,8 @@ def test_describe_shows_a_tasks_splits_tools_and_the_options_it_accepts(capsys):
         task_options("db", ["no_such_option=1"])
     assert main(["describe", "echo"]) == 0
     text = capsys.readouterr().out
-    assert "echo(text: string)" in text and "options:  none" in text and "dev (8)" in text
+    assert "echo(text: string)" in text and "steps: int | None, default None  [AGENTRL_ECHO_STEPS]" in text
+    assert "dev (8)" in text and "load (100)" in text
     assert main(["describe", "nosuchtask"]) == 2
     assert "unknown task 'nosuchtask'; installed tasks: " in capsys.readouterr().err
 

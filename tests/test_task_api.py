@@ -145,3 +145,15 @@ async def test_opening_assistant_turns_keep_their_content_key_on_the_wire():
     assert assistant["role"] == "assistant" and "content" in assistant and assistant["content"] is None
     assert assistant["tool_calls"][0]["id"] == "ex0"
     assert "tool_calls" not in out.messages[0] and "tool_call_id" not in out.messages[0]  # no other null keys
+
+
+async def test_echo_k_ends_at_its_kth_echo_for_load_generators():
+    from agentrl_envs.tasks.echo import EchoConfig, EchoTask
+
+    runtime = TaskRuntime(EchoTask, split="load", config=EchoConfig(steps=3))
+    assert len(runtime.indices) == 100
+    episode = runtime.episode(99)
+    await episode.start()
+    outs = [await episode.step([call("echo", f'{{"text": "t{i}"}}')]) for i in range(3)]
+    assert [o.finish for o in outs] == [False, False, True] and outs[-1].reward == 1.0
+    assert outs[0].messages[0]["content"] == "t0"

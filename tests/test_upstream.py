@@ -97,3 +97,56 @@ async def test_refused_connection_and_bad_address_raise():
         await pool.post("http://127.0.0.1:1/api", "x", b"1", timeout=1)
     with pytest.raises(UpstreamError, match="must be http"):
         await pool.post("ftp://host/api", "x", b"1", timeout=1)
+
+
+class SlowServer(RawServer):
+    """Answers after a short pause; counts the connections open at once."""
+
+    def __init__(self) -> None:
+        super().__init__("ok")
+        self.open_now = 0
+        self.most_open = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open_now += 1
+        self.most_open = max(self.most_open, self.open_now)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")))
+                body = await reader.readexactly(length)
+                self.requests.append(body)
+                await asyncio.sleep(0.01)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open_now -= 1
+
+
+async def test_at_most_max_connections_per_worker_and_the_rest_wait_in_line():
+    server, pool = SlowServer(), UpstreamPool(max_connections=3)
+    async with server as address:
+        results = await asyncio.gather(*(pool.post(address, "x", b"%d" % i, 10) for i in range(30)))
+        assert [body for _, body in results] == [b"%d" % i for i in range(30)]
+        assert server.most_open == 3 and len(server.requests) == 30
+        # Served first come, first served: after the first three, in the order they queued.
+        assert server.requests[3:] == [b"%d" % i for i in range(3, 30)]
+    await pool.close()
+
+
+async def test_requests_waiting_for_a_connection_fail_on_abort_and_on_timeout():
+    server, pool = RawServer("hang"), UpstreamPool(max_connections=1)
+    async with server as address:
+        first = asyncio.ensure_future(pool.post(address, "x", b"1", 10))
+        await asyncio.sleep(0.05)
+        with pytest.raises(UpstreamError, match="no connection .* free within 0.2 s"):
+            await pool.post(address, "x", b"2", 0.2)
+        queued = asyncio.ensure_future(pool.post(address, "x", b"3", 10))
+        await asyncio.sleep(0.05)
+        assert pool.abort(address, "worker declared dead") == 2
+        for fut in (first, queued):
+            with pytest.raises(UpstreamError, match="declared dead"):
+                await fut
+    await pool.close()

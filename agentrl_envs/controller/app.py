@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import InvalidRequestError, SessionError
-from ..httpapi import FastRoutes, json_response, parse_body, service_app
+from ..httpapi import FastRoutes, WithHeaders, json_response, parse_body, service_app
 from ..schema import HeartbeatRequest, MarkStaleRequest, StartSampleRequest
 from .service import VERSION, ControllerService
 
@@ -51,13 +51,18 @@ def create_controller_app(service: ControllerService | None = None) -> FastRoute
     async def get_indices(name: str) -> Response:
         return json_response(service.get_indices(name))
 
-    @app.post("/api/start_sample")
-    async def start_sample(request: Request) -> Response:
+    async def fast_start_sample(_: dict[bytes, bytes], body: bytes) -> WithHeaders:
         t0 = time.perf_counter()
-        req = parse_body(StartSampleRequest, await request.body())
+        req = parse_body(StartSampleRequest, body)
         sid, out = await service.start_sample(req.name, req.index, req.custom_task)
         latency.labels("start_sample", req.name).observe(time.perf_counter() - t0)
-        return json_response(out, headers={"session_id": str(sid)})
+        return WithHeaders(out, {"session_id": str(sid)})
+
+    @app.post("/api/start_sample")
+    async def start_sample(request: Request) -> Response:
+        # Served by the FastRoutes front below; this route documents it in the OpenAPI schema.
+        r = await fast_start_sample({}, await request.body())
+        return json_response(r.body, headers=r.headers)
 
     @app.post("/api/interact")
     async def interact(request: Request, session_id: str | None = Header(default=None, convert_underscores=False)) -> Response:
@@ -111,4 +116,4 @@ def create_controller_app(service: ControllerService | None = None) -> FastRoute
         sid = headers.get(b"session_id")
         return await _interact(service, sid.decode("latin-1") if sid is not None else None, body)
 
-    return FastRoutes(app, {("POST", "/api/interact"): fast_interact})
+    return FastRoutes(app, {("POST", "/api/interact"): fast_interact, ("POST", "/api/start_sample"): fast_start_sample})

@@ -9,18 +9,24 @@ of idle connections per worker, writes requests and matches each response to its
 Contract: ``await pool.post(address, path, body, timeout) -> (status, body_bytes)``; raises
 :class:`UpstreamError` when the worker cannot be reached, closes the connection mid-request,
 sends something that is not HTTP, or does not answer within ``timeout`` seconds.
-``pool.abort(address, why)`` fails every request in flight to a worker at once.
+``pool.abort(address, why)`` fails every request in flight to a worker at once. At most
+``max_connections`` connections per worker; further requests wait in line for one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from urllib.parse import urlsplit
 
 import httptools
 
-IDLE_TTL_S = 30.0  # well under uvicorn's keep-alive (we run it at 75 s): never reuse a closing socket
+IDLE_TTL_S = 30.0
+# Connections per worker at most; more requests wait in line (first come, first served). A worker
+# serves one request at a time per core, so more connections only cost file descriptors: at
+# 10,000 sessions one per session would need 20,000 descriptors in the controller.
+UPSTREAM_MAX_CONNECTIONS = 1024  # well under uvicorn's keep-alive (we run it at 75 s): never reuse a closing socket
 
 
 class UpstreamError(ConnectionError):
@@ -74,79 +80,134 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-class UpstreamPool:
-    def __init__(self) -> None:
-        self._idle: dict[str, list[_Connection]] = {}
-        self._targets: dict[str, tuple[str, int, str]] = {}
-        self._busy: dict[str, set[_Connection]] = {}  # connections with a request in flight
+class _Host:
+    """The connections to one worker: idle ones, ones with a request in flight, and the requests
+    waiting (first come, first served) for one when ``max_connections`` are open."""
 
-    def _target(self, address: str) -> tuple[str, int, str]:
-        target = self._targets.get(address)
-        if target is None:
+    __slots__ = ("target", "idle", "busy", "opening", "waiters")
+
+    def __init__(self, target: tuple[str, int, str]) -> None:
+        self.target = target
+        self.idle: list[_Connection] = []
+        self.busy: set[_Connection] = set()
+        self.opening = 0
+        self.waiters: deque[asyncio.Future[_Connection | None]] = deque()
+
+
+class UpstreamPool:
+    def __init__(self, max_connections: int = UPSTREAM_MAX_CONNECTIONS) -> None:
+        self.max_connections = max_connections
+        self._hosts: dict[str, _Host] = {}
+
+    def _host(self, address: str) -> _Host:
+        h = self._hosts.get(address)
+        if h is None:
             parts = urlsplit(address)
             if parts.scheme != "http" or not parts.hostname:
                 raise UpstreamError(f"worker address must be http://host:port[/prefix], got {address!r}")
-            target = (parts.hostname, parts.port or 80, parts.path.rstrip("/"))
-            self._targets[address] = target
-        return target
+            h = self._hosts[address] = _Host((parts.hostname, parts.port or 80, parts.path.rstrip("/")))
+        return h
 
-    async def _connection(self, address: str, host: str, port: int) -> _Connection:
-        idle = self._idle.get(address)
+    async def _acquire(self, h: _Host, timeout: float) -> _Connection:
         now = time.monotonic()
-        while idle:
-            conn = idle.pop()
+        while h.idle:
+            conn = h.idle.pop()
             if not conn.closed and now - conn.last_used < IDLE_TTL_S:
                 return conn
             conn.close()
         loop = asyncio.get_running_loop()
+        if len(h.busy) + h.opening >= self.max_connections:
+            # Wait in line for a connection another request releases (or for room to open one).
+            slot: asyncio.Future[_Connection | None] = loop.create_future()
+            h.waiters.append(slot)
+            host, port, _ = h.target
+            timer = loop.call_later(
+                timeout,
+                lambda: (
+                    slot.done() or slot.set_exception(UpstreamError(f"no connection to {host}:{port} free within {timeout:g} s"))
+                ),
+            )
+            try:
+                conn = await slot
+            except asyncio.CancelledError:
+                if slot.done() and not slot.cancelled() and slot.exception() is None:
+                    handed = slot.result()  # handed over just as this request was cancelled: pass it on
+                    if handed is not None:
+                        h.busy.add(handed)
+                        self._release(h, handed)
+                raise
+            finally:
+                timer.cancel()
+            if conn is not None:
+                return conn
+        h.opening += 1
         try:
+            host, port, _ = h.target
             _, conn = await loop.create_connection(_Connection, host, port)
         except OSError as e:
-            raise UpstreamError(f"cannot connect to {host}:{port}: {e}") from e
+            raise UpstreamError(f"cannot connect to {h.target[0]}:{h.target[1]}: {e}") from e
+        finally:
+            h.opening -= 1
         return conn
 
+    def _release(self, h: _Host, conn: _Connection) -> None:
+        h.busy.discard(conn)
+        reusable = not conn.closed
+        if reusable:
+            conn.last_used = time.monotonic()
+        else:
+            conn.close()
+        while h.waiters:
+            slot = h.waiters.popleft()
+            if not slot.done():
+                slot.set_result(conn if reusable else None)  # None: room to open a new one
+                return
+        if reusable:
+            h.idle.append(conn)
+
     async def post(self, address: str, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
-        host, port, prefix = self._target(address)
-        conn = await self._connection(address, host, port)
+        h = self._host(address)
+        conn = await self._acquire(h, timeout)
+        h.busy.add(conn)
+        host, port, prefix = h.target
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[tuple[int, bytes]] = loop.create_future()
         conn.waiter = waiter
-        busy = self._busy.setdefault(address, set())
-        busy.add(conn)
         head = f"POST {prefix}/{path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         assert conn.transport is not None
         conn.transport.write(head.encode("latin-1") + body)
         # A timer instead of asyncio.wait_for: no extra task per request on the hot path.
         timer = loop.call_later(timeout, conn._fail, UpstreamError(f"no answer from {host}:{port} within {timeout:g} s"))
         try:
-            result = await waiter
+            return await waiter
         except BaseException:
             conn.close()
             raise
         finally:
             timer.cancel()
             conn.waiter = None
-            busy.discard(conn)
-        if conn.closed:
-            conn.close()
-        else:
-            conn.last_used = time.monotonic()
-            self._idle.setdefault(address, []).append(conn)
-        return result
+            self._release(h, conn)
 
     def abort(self, address: str, why: str) -> int:
-        """Fail every request in flight to ``address`` now (its worker is known dead: waiting for
-        the request timeout would only delay the answer) and drop its idle connections."""
-        busy = self._busy.pop(address, set())
-        for conn in busy:
+        """Fail every request in flight to ``address``, or waiting for a connection to it, now
+        (its worker is known dead: waiting for the timeout would only delay the answer)."""
+        h = self._hosts.pop(address, None)
+        if h is None:
+            return 0
+        failed = len(h.busy)
+        for conn in list(h.busy):
             conn._fail(UpstreamError(why))
             conn.close()
-        for conn in self._idle.pop(address, []):
+        for conn in h.idle:
             conn.close()
-        return len(busy)
+        for slot in h.waiters:
+            if not slot.done():
+                slot.set_exception(UpstreamError(why))
+                failed += 1
+        return failed
 
     async def close(self) -> None:
-        for conns in self._idle.values():
-            for conn in conns:
+        for h in self._hosts.values():
+            for conn in [*h.idle, *h.busy]:
                 conn.close()
-        self._idle.clear()
+        self._hosts.clear()

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 
-from ..httpapi import FastRoutes, json_response, parse_body, service_app
+from ..httpapi import FastRoutes, WithHeaders, json_response, parse_body, service_app
 from ..schema import EnvOutput, WorkerCancelRequest, WorkerInteractRequest, WorkerStartSampleRequest
 from .service import WorkerService
 
@@ -28,11 +28,16 @@ def _env_out(out: EnvOutput, tools: bool) -> dict[str, Any]:
 def create_worker_app(service: WorkerService) -> FastRoutes:
     app = service_app(f"agentrl-envs worker: {service.name}", service)
 
+    async def fast_start_sample(_: dict[bytes, bytes], body: bytes) -> WithHeaders:
+        req = parse_body(WorkerStartSampleRequest, body)
+        out = await service.start_sample(req.session_id, req.index, req.custom_task)
+        return WithHeaders(_env_out(out, tools=True), {"session_id": str(req.session_id)})
+
     @app.post("/api/start_sample")
     async def start_sample(request: Request) -> Response:
-        req = parse_body(WorkerStartSampleRequest, await request.body())
-        out = await service.start_sample(req.session_id, req.index, req.custom_task)
-        return json_response(_env_out(out, tools=True), headers={"session_id": str(req.session_id)})
+        # Served by the FastRoutes front below; this route documents it in the OpenAPI schema.
+        r = await fast_start_sample({}, await request.body())
+        return json_response(r.body, headers=r.headers)
 
     async def fast_interact(_: dict[bytes, bytes], body: bytes) -> dict[str, Any]:
         req = parse_body(WorkerInteractRequest, body)
@@ -70,4 +75,4 @@ def create_worker_app(service: WorkerService) -> FastRoutes:
     async def health() -> Response:
         return json_response({"status": "ok", "task": service.name, **service.status()})
 
-    return FastRoutes(app, {("POST", "/api/interact"): fast_interact})
+    return FastRoutes(app, {("POST", "/api/interact"): fast_interact, ("POST", "/api/start_sample"): fast_start_sample})

@@ -31,6 +31,18 @@ log = logging.getLogger(__name__)
 HEARTBEAT_INTERVAL_S = 8.0
 
 
+if hasattr(asyncio, "timeout"):  # Python >= 3.11: a timer on the running task, no task per step
+
+    async def _within(coro: Any, seconds: float) -> Any:
+        async with asyncio.timeout(seconds):
+            return await coro
+
+else:  # pragma: no cover - Python 3.10
+
+    async def _within(coro: Any, seconds: float) -> Any:
+        return await asyncio.wait_for(coro, seconds)
+
+
 @dataclass
 class _Session:
     id: int
@@ -126,7 +138,7 @@ class WorkerService:
         async with session.lock:
             session.last_active = time.monotonic()
             try:
-                out = await asyncio.wait_for(session.episode.step(messages), self.interaction_timeout)
+                out = await _within(session.episode.step(messages), self.interaction_timeout)
             except asyncio.TimeoutError:
                 out = await session.episode.abort(f"step exceeded {self.interaction_timeout:g} s")
             session.last_active = time.monotonic()

@@ -1,0 +1,194 @@
+"""Scale benchmark: echo-K sessions (K = 10) against one worker, alone and through the controller,
+at 64, 1,024 and 10,000 concurrent sessions.
+
+For each level and set-up, fresh server processes are pinned to core 0 (`taskset`; the worker
+alone, or the controller and the worker sharing that core) and a closed-loop load generator to
+core 1 (``benchmarks/loadgen.py``, or the compiled ``goload`` with ``--goload PATH``). Reports
+steps/s, p50/p99 step latency, sessions ok/failed, and the servers' CPU time per step (µs, from
+/proc: robust to other work on the machine, unlike steps/s), then checks the targets: worker
+>= 5,000 steps/s at 10,000 sessions, controller path >= 0.6x the worker alone at every level,
+p99 <= 3x p50. Results: ``benchmarks/results/session_scale.json``.
+
+    python benchmarks/session_scale.py [--levels 64,1024,10000] [--duration 20] [--goload /tmp/goload]
+
+Needs 2+ cores for the pinning (without it, runs unpinned and says so) and file descriptors for
+2 x sessions + slack (the servers raise their soft limit to the hard one and refuse to start,
+naming the limit, when that is too low).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from agentrl_envs.stack import ManagedProcess, free_port
+
+HERE = Path(__file__).resolve().parent
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def wait_until(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("servers did not come up")
+
+
+def pinned(core: int | None, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", str(core), *argv] if core is not None else argv
+
+
+def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
+    cli = [sys.executable, "-m", "agentrl_envs.cli"]
+    logs = Path(os.environ.get("TMPDIR", "/tmp")) / "agentrl-bench"
+    logs.mkdir(parents=True, exist_ok=True)
+    server_core, gen_core = (0, 1) if pin else (None, None)
+    wport = free_port()
+    worker_cmd = [*cli, "worker", "echo", "--split", "load", "--option", f"steps={a.k}", "--port", str(wport)]
+    worker_cmd += ["--concurrency", str(max(sessions * 2, 64)), "--log-level", "warning"]
+    procs: list[ManagedProcess] = []
+    try:
+        if mode == "controller":
+            cport = free_port()
+            procs.append(
+                ManagedProcess(
+                    "controller",
+                    pinned(server_core, [*cli, "controller", "--port", str(cport), "--log-level", "warning"]),
+                    logs / "scale-controller.log",
+                )
+            )
+            worker_cmd += ["--controller", f"http://127.0.0.1:{cport}/api"]
+            base = f"http://127.0.0.1:{cport}/api"
+        else:
+            base = f"http://127.0.0.1:{wport}/api"
+        procs.append(ManagedProcess("worker", pinned(server_core, worker_cmd), logs / "scale-worker.log"))
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{wport}/health", timeout=1).status_code == 200)
+        if mode == "controller":
+            wait_until(lambda: httpx.get(f"{base}/list_workers", timeout=1).json().get("echo"))
+        if a.goload:
+            gen = [a.goload, "-proto", "agentrl" if mode == "worker" else "agentrl-client", "-base", base]
+            gen += ["-task", "echo", "-c", str(sessions), "-k", str(a.k), "-duration", f"{a.duration}s"]
+        else:
+            gen = [sys.executable, str(HERE / "loadgen.py"), "--proto", mode, "--base", base]
+            gen += ["-c", str(sessions), "-k", str(a.k), "--duration", str(a.duration)]
+        pids = [p.proc.pid for p in procs]
+        cpu0 = sum(cpu_seconds(pid) for pid in pids)
+        done = subprocess.run(pinned(gen_core, gen), capture_output=True, text=True, timeout=a.duration + 180)
+        cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
+        if done.returncode != 0:
+            raise RuntimeError(f"load generator failed: {done.stderr[-2000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        for p in procs:
+            if p.proc.poll() is not None:
+                raise RuntimeError(f"{p.name} exited during the run; see {p.log_path}")
+    finally:
+        for p in reversed(procs):
+            p.stop()
+    steps = result["steps"]
+    return {
+        "mode": mode,
+        "sessions": sessions,
+        "steps": steps,
+        "steps_per_s": round(result["steps_per_s"], 1),
+        "p50_ms": result["p50_ms"],
+        "p99_ms": result["p99_ms"],
+        "p99_over_p50": round(result["p99_ms"] / result["p50_ms"], 2) if result["p50_ms"] else None,
+        "sessions_ok": result["sessions_ok"],
+        "sessions_failed": result["sessions_failed"],
+        "errors": result["errors"],
+        "server_cpu_s": round(cpu, 2),
+        "server_cpu_us_per_step": round(1e6 * cpu / steps, 1) if steps else None,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--levels", default="64,1024,10000")
+    ap.add_argument("--modes", default="worker,controller")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds of new sessions per run")
+    ap.add_argument("-k", type=int, default=10, help="steps per session")
+    ap.add_argument("--goload", help="path of a compiled goload to drive the load instead of loadgen.py")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin servers and generator to cores 0 and 1")
+    ap.add_argument("--output", default=str(HERE / "results" / "session_scale.json"))
+    a = ap.parse_args()
+    pin = not a.no_pin and (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
+    if not pin:
+        print("not pinning (needs 2+ cores and taskset): figures include the generator's contention", flush=True)
+    levels = [int(x) for x in a.levels.split(",")]
+    modes = a.modes.split(",")
+    runs: list[dict] = []
+    for n in levels:
+        for mode in modes:
+            r = one_run(mode, n, a, pin)
+            runs.append(r)
+            print(
+                f"{mode:<10} {n:>6} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:8.1f} ms  "
+                f"p99 {r['p99_ms']:8.1f} ms ({r['p99_over_p50']}x)  {r['server_cpu_us_per_step']} µs CPU/step  "
+                f"sessions ok {r['sessions_ok']} failed {r['sessions_failed']} {r['errors'] or ''}",
+                flush=True,
+            )
+    by = {(r["mode"], r["sessions"]): r for r in runs}
+    checks = []
+    for n in levels:
+        w, c = by.get(("worker", n)), by.get(("controller", n))
+        if w and c and w["steps_per_s"]:
+            checks.append(
+                {"check": f"controller/worker steps/s at {n} >= 0.6", "value": round(c["steps_per_s"] / w["steps_per_s"], 2)}
+            )
+            checks[-1]["ok"] = checks[-1]["value"] >= 0.6
+        for r in (w, c):
+            if r:
+                checks.append(
+                    {
+                        "check": f"{r['mode']} p99/p50 at {n} <= 3",
+                        "value": r["p99_over_p50"],
+                        "ok": (r["p99_over_p50"] or 99) <= 3,
+                    }
+                )
+                checks.append(
+                    {
+                        "check": f"{r['mode']} failed sessions at {n} == 0",
+                        "value": r["sessions_failed"],
+                        "ok": r["sessions_failed"] == 0,
+                    }
+                )
+    if ("worker", 10000) in by:
+        v = by[("worker", 10000)]["steps_per_s"]
+        checks.append({"check": "worker steps/s at 10000 >= 5000", "value": v, "ok": v >= 5000})
+    print("\ntargets:")
+    for c in checks:
+        print(f"  [{'ok' if c['ok'] else 'MISS'}] {c['check']}: {c['value']}")
+    out = Path(a.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "cpus": os.cpu_count(),
+        "pinned": pin,
+        "generator": "goload" if a.goload else "loadgen.py",
+        "k": a.k,
+        "duration_s": a.duration,
+    }
+    out.write_text(json.dumps({**meta, "runs": runs, "checks": checks}, indent=2))
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
