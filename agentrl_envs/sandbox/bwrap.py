@@ -14,8 +14,15 @@ Layout and isolation (the contract the security tests check):
   timeout is interrupted (SIGINT to the shell's process group, then SIGKILL to what is left).
 * **Processes.** Every sandbox process carries ``AGENTRL_SANDBOX=<session id>`` in its
   environment; ``close`` kills the cgroup's processes and bwrap (its pid-namespace init takes the
-  rest with it) and removes the session dir. Dirs left by a killed worker are removed by the next
-  backend's ``open``.
+  rest with it) and removes the session dir.
+* **Nothing left behind.** A session id is ``<worker pid>-<its start time>-<random>`` (see
+  :mod:`.owner`); it names the session dir and its cgroups. When the worker is killed (SIGKILL
+  included), ``--die-with-parent`` and the end of the sandbox's pid namespace kill every process
+  of its sessions; their dirs and (empty) cgroups stay. :func:`reap_stale_sessions` removes the
+  session dirs and cgroups whose worker is gone, killing any process still in them; it runs at
+  ``open`` and every ``reap_interval_s`` seconds while the backend is open, so a worker sweeps what
+  a dead one left, also when they use different ``base_dir`` s (cgroups are shared by all).
+  Workers sharing a cgroup tree are taken to share a pid namespace (pids of another mean nothing).
 
 Running it needs root on the host (overlay mount, cgroups, joining namespaces for ``exec``).
 """
@@ -25,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shlex
@@ -36,7 +44,10 @@ from pathlib import Path
 
 from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxLimits
 from .cgroups import SessionCgroup, cgroup_parents
+from .owner import owner_token, process_alive
 from .rootfs import default_rootfs_path, is_complete
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BASE_DIR = Path(os.environ.get("AGENTRL_SANDBOX_DIR", "/tmp/agentrl-sandboxes"))
 MARKER_ENV = "AGENTRL_SANDBOX"
@@ -55,17 +66,27 @@ def sandbox_env(session_id: str) -> dict[str, str]:
 
 
 class BubblewrapBackend(SandboxBackend):
-    """Creates :class:`BubblewrapSandbox` es. ``rootfs=None``: :func:`.rootfs.default_rootfs_path`."""
+    """Creates :class:`BubblewrapSandbox` es. ``rootfs=None``: :func:`.rootfs.default_rootfs_path`.
+
+    ``reap_interval_s``: seconds between sweeps for dead workers' sessions while open (one sweep
+    always runs at ``open``; 0: only that one)."""
 
     def __init__(
-        self, rootfs: Path | str | None = None, *, limits: SandboxLimits | None = None, base_dir: Path | None = None
+        self,
+        rootfs: Path | str | None = None,
+        *,
+        limits: SandboxLimits | None = None,
+        base_dir: Path | None = None,
+        reap_interval_s: float = 60.0,
     ) -> None:
         self.rootfs = Path(rootfs) if rootfs else default_rootfs_path()
         self.limits = limits or SandboxLimits()
         self.base_dir = Path(base_dir) if base_dir else DEFAULT_BASE_DIR
+        self.reap_interval_s = reap_interval_s
         self.cgroup_parents: list[Path] = []
         self._open: set[BubblewrapSandbox] = set()
         self._opened = False
+        self._reaper: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         problem = missing_requirements(self.rootfs)
@@ -73,8 +94,25 @@ class BubblewrapBackend(SandboxBackend):
             raise SandboxError(problem)
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.cgroup_parents = cgroup_parents()
-        await asyncio.to_thread(reap_stale_sessions, self.base_dir, self.cgroup_parents)
+        await self.reap()
         self._opened = True
+        if self.reap_interval_s > 0:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_every(self.reap_interval_s))
+
+    async def reap(self) -> list[str]:
+        """Remove the sessions (dirs, cgroups, processes) of workers that are gone; their ids."""
+        reaped = await asyncio.to_thread(reap_stale_sessions, self.base_dir, self.cgroup_parents)
+        if reaped:
+            log.info("removed %d sandbox sessions of dead workers: %s", len(reaped), ", ".join(reaped))
+        return reaped
+
+    async def _reap_every(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.reap()
+            except Exception:
+                log.warning("sweeping dead workers' sandboxes failed; retrying in %g s", interval_s, exc_info=True)
 
     async def create(self) -> Sandbox:
         if not self._opened:
@@ -89,6 +127,11 @@ class BubblewrapBackend(SandboxBackend):
         return box
 
     async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reaper
+            self._reaper = None
         boxes, self._open = list(self._open), set()
         await asyncio.gather(*(b.close() for b in boxes), return_exceptions=True)
         self._opened = False
@@ -108,17 +151,35 @@ def missing_requirements(rootfs: Path) -> str | None:
     return None
 
 
-def reap_stale_sessions(base_dir: Path, parents: list[Path]) -> None:
-    """Remove session dirs (and cgroups) whose owning worker process is gone."""
+def session_owner_alive(session_id: str) -> bool | None:
+    """Whether the worker that made session ``session_id`` still runs; ``None`` if the id is not
+    a session id (``<pid>-<start time>-<random>``, or an older version's ``<pid>-<random>``)."""
+    parts = session_id.split("-")
+    if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
+        return process_alive(int(parts[0]), int(parts[1]) or None)
+    if len(parts) == 2 and parts[0].isdigit():
+        return process_alive(int(parts[0]))
+    return None
+
+
+def reap_stale_sessions(base_dir: Path, parents: list[Path]) -> list[str]:
+    """Remove the session dirs and cgroups whose worker is gone, killing any process left in
+    them; return their session ids. A dir whose name is no session id is removed too (``base_dir``
+    holds only sessions); a cgroup whose name is none is left alone."""
+    reaped: set[str] = set()
     for d in base_dir.glob("*"):
-        try:
-            owner = int((d / "owner").read_text())
-        except (OSError, ValueError):
-            owner = -1
-        if owner > 0 and Path(f"/proc/{owner}").exists():
+        if session_owner_alive(d.name):
             continue
         SessionCgroup([p / d.name for p in parents if (p / d.name).is_dir()]).kill_and_remove()
         _rmtree(d)
+        reaped.add(d.name)
+    for parent in parents:
+        for g in parent.iterdir() if parent.is_dir() else ():
+            if not g.is_dir() or g.name in reaped or session_owner_alive(g.name) is not False:
+                continue
+            SessionCgroup([p / g.name for p in parents if (p / g.name).is_dir()]).kill_and_remove()
+            reaped.add(g.name)
+    return sorted(reaped)
 
 
 def _rmtree(path: Path) -> None:
@@ -134,7 +195,7 @@ class BubblewrapSandbox(Sandbox):
     def __init__(self, backend: BubblewrapBackend) -> None:
         self.backend = backend
         self.limits = backend.limits
-        self.id = f"{os.getpid()}-{secrets.token_hex(6)}"
+        self.id = f"{owner_token()}-{secrets.token_hex(6)}"
         self.dir = backend.base_dir / self.id
         self.cgroup: SessionCgroup | None = None
         self.proc: asyncio.subprocess.Process | None = None
@@ -148,7 +209,6 @@ class BubblewrapSandbox(Sandbox):
     async def start(self) -> None:
         for sub in ("upper", "work", "merged"):
             (self.dir / sub).mkdir(parents=True)
-        (self.dir / "owner").write_text(str(os.getpid()))
         if self.backend.cgroup_parents:
             self.cgroup = SessionCgroup.create(self.backend.cgroup_parents, self.id, self.limits)
         rd, wr = os.pipe()

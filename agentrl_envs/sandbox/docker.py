@@ -14,11 +14,23 @@ unique marker carrying ``$?``.
 
 The warm pool keeps ``pool_size`` containers started, each with its shell open, so
 :meth:`DockerBackend.create` takes one at once and refills in the background; an empty pool
-falls back to a cold start. Every container carries ``agentrl.sandbox=<backend id>`` and
-``agentrl.sandbox.pid=<worker pid>`` and ``agentrl.sandbox.pidns=<its pid namespace>``:
-:meth:`~DockerBackend.close` removes the backend's containers, an ``atexit`` hook does the same if
-the worker exits without closing, and :meth:`~DockerBackend.open` removes containers left by a
-dead worker process of the same pid namespace.
+falls back to a cold start.
+
+Nothing left behind: :meth:`~DockerBackend.close` removes the backend's containers, and an
+``atexit`` hook does the same if the worker exits without closing. A worker killed with SIGKILL
+runs neither, so every container also records its owner in labels: ``agentrl.sandbox=<backend
+id>``, ``agentrl.sandbox.pid`` and ``agentrl.sandbox.pid.start`` (the worker process and its start
+time, see :mod:`.owner`), ``agentrl.sandbox.pidns`` (its pid namespace) and, when the worker itself
+runs in a container of the same engine (the ``agentrl/worker-os`` image, the engine's socket
+mounted), ``agentrl.sandbox.container`` and ``agentrl.sandbox.container.started`` (that container's
+id and ``State.StartedAt``). At :meth:`~DockerBackend.open` and every ``reap_interval_s`` seconds
+while open, a backend removes the sandbox containers whose owner is gone:
+
+* owner in a container: that container is gone, stopped, or started again since (its worker then
+  is a new process); if it is this worker's own container, the pid check below decides;
+* owner in this pid namespace: its pid no longer runs the process that started then;
+* any other owner (a worker in a pid namespace this one cannot see, not in a container of this
+  engine) is taken to be alive: its containers are its own business.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ import asyncio
 import atexit
 import base64
 import contextlib
+import logging
 import os
 import re
 import secrets
@@ -36,21 +49,41 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxLimits
+from .owner import pid_namespace as _pidns
+from .owner import process_alive, process_start_time
+
+log = logging.getLogger(__name__)
 
 LABEL = "agentrl.sandbox"
 PID_LABEL = "agentrl.sandbox.pid"
+START_LABEL = "agentrl.sandbox.pid.start"
 PIDNS_LABEL = "agentrl.sandbox.pidns"
+CONTAINER_LABEL = "agentrl.sandbox.container"
+CONTAINER_STARTED_LABEL = "agentrl.sandbox.container.started"
 #: Bytes of a command's output kept at its start and at its end when it writes more than twice this.
 _KEEP = 1 << 20
 _SHELL = ["bash", "--noprofile", "--norc", "--noediting", "-i"]
 _SETUP = "PS1=; PS2=; PS0=; PROMPT_COMMAND=; set +H +m; exec 2>&1; echo __agentrl_pid=$$\n"
 
 
-def _pidns() -> str:
+def own_container_id(mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The id of the Docker container this process runs in, or ``None`` on a host.
+
+    Docker bind-mounts ``<data-root>/containers/<id>/hostname`` on ``/etc/hostname`` of every
+    container; the mount table shows the source path (``/proc/self/cgroup`` does not help: under
+    a cgroup namespace it reads ``0::/``)."""
     try:
-        return os.readlink("/proc/self/ns/pid")
+        with open(mountinfo) as f:
+            lines = f.read().splitlines()
     except OSError:
-        return "unknown"
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4 and fields[4] == "/etc/hostname":
+            m = re.search(r"/containers/([0-9a-f]{64})/hostname$", fields[3])
+            if m:
+                return m.group(1)
+    return None
 
 
 class _Exec:
@@ -113,16 +146,6 @@ def _force_remove(client: Any, cid: str) -> None:
         client.api.remove_container(cid, force=True)
     except Exception:
         pass
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class DockerSandbox(Sandbox):
@@ -239,16 +262,28 @@ class DockerSandbox(Sandbox):
 
 
 class DockerBackend(SandboxBackend):
-    """Containers from ``image``; ``pool_size`` of them kept warm (0 disables the pool)."""
+    """Containers from ``image``; ``pool_size`` of them kept warm (0 disables the pool);
+    ``reap_interval_s``: seconds between sweeps for dead workers' containers while open (one sweep
+    always runs at :meth:`open`; 0: only that one)."""
 
     def __init__(
-        self, limits: SandboxLimits | None = None, *, image: str = "agentrl/base:latest", pool_size: int = 2, build: bool = True
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        image: str = "agentrl/base:latest",
+        pool_size: int = 2,
+        build: bool = True,
+        reap_interval_s: float = 60.0,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.image = image
         self.pool_size = pool_size
         self.build = build
+        self.reap_interval_s = reap_interval_s
         self.id = secrets.token_hex(6)
+        self._owner_labels: dict[str, str] = {}
+        self._own_container: str | None = None
+        self._reaper: asyncio.Task[None] | None = None
         self._client: Any = None
         self._pool: asyncio.Queue[DockerSandbox] = asyncio.Queue()
         self._refill: set[asyncio.Task[None]] = set()
@@ -260,6 +295,16 @@ class DockerBackend(SandboxBackend):
         atexit.register(self._remove_all_sync)
         for _ in range(self.pool_size):
             self._spawn_refill()
+        if self.reap_interval_s > 0:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_every(self.reap_interval_s))
+
+    async def _reap_every(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await asyncio.to_thread(self._reap_orphans, self._client)
+            except Exception:
+                log.warning("sweeping dead workers' sandbox containers failed; retrying in %g s", interval_s, exc_info=True)
 
     def _connect(self) -> Any:
         from ..containers.engine import DockerUnavailable, docker_client, image_exists
@@ -277,16 +322,58 @@ class DockerBackend(SandboxBackend):
                 ensure_base(client, log=lambda _: None)
             except Exception as e:
                 raise SandboxError(f"could not build {self.image}: {e}") from e
+        self._owner_labels = self._owner(client)
         self._reap_orphans(client)
         return client
 
-    def _reap_orphans(self, client: Any) -> None:
-        """Remove sandbox containers whose worker process (on this host) is gone."""
-        for c in client.containers.list(all=True, filters={"label": LABEL}):
-            pid = c.labels.get(PID_LABEL, "")
-            if c.labels.get(PIDNS_LABEL) == _pidns() and pid.isdigit() and not _pid_alive(int(pid)):
-                with contextlib.suppress(Exception):
-                    c.remove(force=True)
+    def _owner(self, client: Any) -> dict[str, str]:
+        """The labels naming this worker as the owner of a container (see the module docstring)."""
+        pid = os.getpid()
+        labels = {LABEL: self.id, PID_LABEL: str(pid), START_LABEL: str(process_start_time(pid) or 0), PIDNS_LABEL: _pidns()}
+        cid = own_container_id()
+        if cid is not None:
+            try:  # only if this engine runs it: the mounted socket may be another engine's
+                started = client.api.inspect_container(cid)["State"]["StartedAt"]
+            except Exception:
+                return labels
+            self._own_container = cid
+            labels |= {CONTAINER_LABEL: cid, CONTAINER_STARTED_LABEL: started}
+        return labels
+
+    def _owner_alive(self, client: Any, labels: dict[str, str]) -> bool:
+        """Whether the worker that made a container with these labels may still be running."""
+        from docker.errors import NotFound
+
+        container = labels.get(CONTAINER_LABEL)
+        if container:
+            try:
+                state = client.api.inspect_container(container)["State"]
+            except NotFound:
+                return False
+            except Exception:
+                return True  # the engine did not answer: judge it at the next sweep
+            if not state.get("Running") or state.get("StartedAt") != labels.get(CONTAINER_STARTED_LABEL):
+                return False  # stopped, or started again since: its worker was a process now gone
+            if container != self._own_container:
+                return True  # running, and this worker cannot look into its processes
+        pid, start = labels.get(PID_LABEL, ""), labels.get(START_LABEL, "")
+        if labels.get(PIDNS_LABEL) != _pidns() or not pid.isdigit():
+            return True  # a pid namespace this worker cannot see
+        return process_alive(int(pid), int(start) if start.isdigit() and start != "0" else None)
+
+    def _reap_orphans(self, client: Any) -> list[str]:
+        """Remove the sandbox containers of dead workers (never this backend's); their ids."""
+        removed = []
+        for c in client.api.containers(all=True, filters={"label": LABEL}):
+            labels = c.get("Labels") or {}
+            if labels.get(LABEL) == self.id or self._owner_alive(client, labels):
+                continue
+            with contextlib.suppress(Exception):
+                client.api.remove_container(c["Id"], force=True)
+                removed.append(c["Id"])
+        if removed:
+            log.info("removed %d sandbox containers of dead workers", len(removed))
+        return removed
 
     def _run_container(self) -> str:
         lim = self.limits
@@ -302,7 +389,7 @@ class DockerBackend(SandboxBackend):
             pids_limit=lim.pids,
             security_opt=["no-new-privileges"],
             init=True,  # reaps orphans: PID 1 `sleep` would leave zombies holding the pids limit
-            labels={LABEL: self.id, PID_LABEL: str(os.getpid()), PIDNS_LABEL: _pidns()},
+            labels=self._owner_labels,
             working_dir="/root",
         )
         return c.id
@@ -388,6 +475,11 @@ class DockerBackend(SandboxBackend):
         if self._closed:
             return
         self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reaper
+            self._reaper = None
         # Not cancelled: a container being started is then closed by its refill task itself.
         await asyncio.gather(*self._refill, return_exceptions=True)
         while not self._pool.empty():

@@ -39,6 +39,8 @@ class OSConfig(BaseModel):
     Sandbox:
         backend: ``bwrap`` (bubblewrap over a Debian rootfs; needs root) or ``docker``.
         rootfs: the root filesystem for ``bwrap`` (default: ``$AGENTRL_ROOTFS`` or the cache path).
+        reap_interval_s: seconds between sweeps that remove what dead workers' sessions left
+            (sandboxes, cgroups, containers); one sweep always runs at start (0: only that one).
 
     Limits (per session):
         memory_mb, pids, cpus: resources of the whole session.
@@ -51,6 +53,9 @@ class OSConfig(BaseModel):
 
     backend: Literal["bwrap", "docker"] = Field("bwrap", description="Sandbox backend: 'bwrap' or 'docker'.")
     rootfs: str | None = Field(None, description="Root filesystem path for 'bwrap' (default $AGENTRL_ROOTFS).")
+    reap_interval_s: float = Field(
+        60.0, ge=0, description="Seconds between sweeps for dead workers' sandboxes (0: only at start)."
+    )
     memory_mb: int = Field(512, ge=16, description="Memory limit of one session, MiB.")
     pids: int = Field(256, ge=8, description="Processes one session may hold at once.")
     cpus: float = Field(1.0, gt=0, description="CPU share of one session (cores).")
@@ -107,11 +112,11 @@ class OSTask(Task):
                 from agentrl_envs.sandbox.docker import DockerBackend
             except ImportError as e:
                 raise SandboxError(f"backend 'docker' is not available ({e}); use backend 'bwrap'") from None
-            backend = DockerBackend(limits=config.limits())  # type: ignore[call-arg]
+            backend = DockerBackend(limits=config.limits(), reap_interval_s=config.reap_interval_s)  # type: ignore[call-arg]
         else:
             from agentrl_envs.sandbox.bwrap import BubblewrapBackend
 
-            backend = BubblewrapBackend(config.rootfs, limits=config.limits())
+            backend = BubblewrapBackend(config.rootfs, limits=config.limits(), reap_interval_s=config.reap_interval_s)
         await backend.open()
         return backend
 

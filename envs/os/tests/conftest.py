@@ -5,26 +5,14 @@ instead when ``CI=true`` (CI must have run ``.ci/os-sandbox.sh``)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from os_helpers import require_sandbox
 
 from agentrl_envs.sandbox import SandboxLimits
-from agentrl_envs.sandbox.bwrap import MARKER_ENV, BubblewrapBackend, missing_requirements
-from agentrl_envs.sandbox.rootfs import default_rootfs_path
-
-
-def require_sandbox() -> Path:
-    rootfs = default_rootfs_path()
-    problem = missing_requirements(rootfs)
-    if problem:
-        hint = ' (run: eval "$(sudo .ci/os-sandbox.sh | tail -n1)")'
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(problem + hint)
-        pytest.skip(problem + hint)
-    return rootfs
+from agentrl_envs.sandbox.bwrap import BubblewrapBackend
 
 
 @pytest.fixture
@@ -40,17 +28,3 @@ async def backend(rootfs: Path, tmp_path: Path) -> AsyncIterator[BubblewrapBacke
         yield b
     finally:
         await b.close()
-
-
-def sandbox_processes(prefix: str) -> list[int]:
-    """Host pids whose environment carries the sandbox marker starting with ``prefix``."""
-    needle = f"{MARKER_ENV}={prefix}".encode()
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if needle in (d / "environ").read_bytes():
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out

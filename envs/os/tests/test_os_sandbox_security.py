@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import require_sandbox, sandbox_processes
+from os_helpers import require_sandbox, sandbox_processes
 
 from agentrl_envs.sandbox import SandboxError, SandboxLimits
 from agentrl_envs.sandbox.bwrap import BubblewrapBackend
