@@ -1,0 +1,286 @@
+"""Fault benchmark: faults injected again and again under load, every session accounted for.
+
+For each fault a fresh stack (a controller and two ``echo`` workers, real processes on
+127.0.0.1) carries ``--sessions`` concurrent session loops (the fault suite's load driver,
+``tests/faults/fault_stack.py``: each loop starts a session, steps it 8-16 times, finishes it
+and starts the next, through the real ``AsyncControllerClient``), and the fault is injected and
+recovered ``--rounds`` times:
+
+* ``worker-kill``: SIGKILL a worker (alternately the one and the other), restart it on its port;
+* ``controller-kill`` / ``controller-term``: SIGKILL / SIGTERM the controller, start a new one
+  on the same port;
+* ``worker-stop``: SIGSTOP a worker until the controller has declared it dead, then SIGCONT;
+* ``partition``: cut a worker off behind a loopback proxy (both directions dropped), then heal.
+
+Every session ends in exactly one outcome the client saw (``completed``, ``task error``,
+``session lost``; ``hung`` / ``unresolved`` / ``error: ...`` would be failures) and the run
+checks that the controller and the workers hold no session afterwards (no orphans). Per round
+it records how long detection and recovery took. Times are measurements of one shared 2-core
+machine, not targets. Results: ``benchmarks/results/faults.json``.
+
+    python benchmarks/faults.py [--sessions 200] [--rounds 3] [--faults worker-kill,controller-kill,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "faults"))
+
+from fault_stack import FaultStack, Load, LoadReport, Worker, wait_until  # noqa: E402
+
+FAULTS = ("worker-kill", "controller-kill", "controller-term", "worker-stop", "partition")
+GUARD_S = 120.0  # timeout guard for each wait; the interaction timeout stays at its 240 s default
+ALLOWED = {
+    "worker-kill": {"completed", "task error"},
+    "controller-kill": {"completed", "session lost"},
+    "controller-term": {"completed", "session lost"},
+    "worker-stop": {"completed", "task error"},
+    "partition": {"completed", "task error"},
+}
+
+
+def _rate(load: Load, seconds: float) -> float:
+    before, t0 = load.total_steps, time.monotonic()
+    time.sleep(seconds)
+    return (load.total_steps - before) / (time.monotonic() - t0)
+
+
+def _round_worker_kill(stack: FaultStack, load: Load, victim: Worker, sessions: int) -> dict[str, Any]:
+    held = stack.sessions_by_worker()[victim.index]
+    t0 = time.monotonic()
+    stack.kill(victim.proc, signal.SIGKILL)
+    wait_until(lambda: all(r.outcome for r in load.records if r.sid in held), GUARD_S, "the killed worker's sessions end")
+    ended = [r for r in load.records if r.sid in held and r.ended is not None and r.ended >= t0]
+    last = max((r.ended for r in ended), default=t0) - t0
+    load.wait_completed(after=t0, n=sessions // 2, timeout=GUARD_S)
+    t1 = time.monotonic()
+    stack.start_worker(victim)
+    live = time.monotonic() - t1
+    wait_until(lambda: stack.sessions_by_worker()[victim.index], GUARD_S, "the restarted worker gets sessions")
+    got = time.monotonic() - t1
+    return {
+        "victim_sessions": len(held),
+        "victims_task_error": sum(1 for r in ended if r.outcome == "task error"),
+        "last_victim_answered_s": round(last, 3),
+        "restart_to_live_s": round(live, 3),
+        "restart_to_first_session_s": round(got, 3),
+    }
+
+
+def _round_controller(stack: FaultStack, load: Load, workers: list[Worker], sig: signal.Signals, sessions: int) -> dict[str, Any]:
+    open_before = {r.sid for r in load.records if r.outcome is None}
+    t0 = time.monotonic()
+    stack.kill(stack.controller, sig, timeout=GUARD_S)
+    down = time.monotonic() - t0
+    stack.start_controller()
+    up = time.monotonic() - t0
+    for w in workers:
+        stack.wait_live(w, timeout=GUARD_S)
+    live = time.monotonic() - t0
+    wait_until(lambda: all(r.outcome for r in load.records if r.started < t0), GUARD_S, "the old run's sessions resolved")
+    resolved = time.monotonic() - t0
+    load.wait_completed(after=t0 + up, n=sessions // 2, timeout=GUARD_S)
+    old = [r for r in load.records if r.sid in open_before]
+    return {
+        "open_sessions": len(open_before),
+        "lost_410": sum(1 for r in old if r.outcome == "session lost"),
+        "finished_before_kill": sum(1 for r in old if r.outcome == "completed"),
+        "old_controller_exit_s": round(down, 3),
+        "new_controller_up_s": round(up, 3),
+        "workers_live_again_s": round(live, 3),
+        "old_sessions_resolved_s": round(resolved, 3),
+    }
+
+
+def _round_silence(stack: FaultStack, load: Load, victim: Worker, cut: Any, restore: Any, sessions: int) -> dict[str, Any]:
+    held = stack.sessions_by_worker()[victim.index]
+    t0 = time.monotonic()
+    restored = False
+    try:
+        cut()
+        in_flight = {r.sid for r in load.records if r.inflight_since is not None and r.sid in held}
+        wait_until(lambda: not stack.registered(victim), GUARD_S, "the silent worker is declared dead")
+        dead = time.monotonic() - t0
+        wait_until(lambda: all(r.outcome for r in load.records if r.sid in held), GUARD_S, "its sessions end")
+        load.wait_completed(after=t0, n=sessions // 2, timeout=GUARD_S)
+        t1 = time.monotonic()
+        restore()
+        restored = True
+        stack.wait_live(victim, timeout=GUARD_S)
+        live = time.monotonic() - t1
+        wait_until(lambda: stack.sessions_by_worker()[victim.index], GUARD_S, "the returning worker gets sessions")
+        got = time.monotonic() - t1
+    finally:
+        if not restored:
+            restore()
+    ended = [r for r in load.records if r.sid in held and r.ended is not None and r.ended >= t0]
+    answered = [r for r in load.records if r.sid in in_flight]
+    return {
+        "victim_sessions": len(held),
+        "in_flight_at_cut": len(in_flight),
+        "in_flight_answered_task_error": sum(1 for r in answered if r.outcome == "task error" and r.via == "answer"),
+        "victims_task_error": sum(1 for r in ended if r.outcome == "task error"),
+        "declared_dead_s": round(dead, 3),
+        "first_victim_answered_s": round(min((r.ended for r in ended), default=t0) - t0, 3),
+        "last_victim_answered_s": round(max((r.ended for r in ended), default=t0) - t0, 3),
+        "restore_to_live_s": round(live, 3),
+        "restore_to_first_session_s": round(got, 3),
+    }
+
+
+def run_fault(fault: str, a: argparse.Namespace) -> dict[str, Any]:
+    stack = FaultStack()
+    stack.start_controller()
+    workers = [stack.add_worker(behind_proxy=fault == "partition"), stack.add_worker()]
+    load = Load(stack.url, a.sessions, steps=(8, 16), request_timeout=GUARD_S, resolve_timeout=GUARD_S, seed=a.seed).start()
+    rounds: list[dict[str, Any]] = []
+    failure = None
+    steady: float | None = None
+    report: LoadReport | None = None
+    try:
+        load.wait_steps(2 * a.sessions, timeout=GUARD_S)
+        steady = _rate(load, a.measure)
+        for n in range(a.rounds):
+            victim = workers[0] if fault == "partition" else workers[n % 2]
+            if fault == "worker-kill":
+                r = _round_worker_kill(stack, load, victim, a.sessions)
+            elif fault in ("controller-kill", "controller-term"):
+                sig = signal.SIGKILL if fault == "controller-kill" else signal.SIGTERM
+                r = _round_controller(stack, load, workers, sig, a.sessions)
+            elif fault == "worker-stop":
+                r = _round_silence(
+                    stack,
+                    load,
+                    victim,
+                    lambda v=victim: stack.send(v.proc, signal.SIGSTOP),
+                    lambda v=victim: stack.send(v.proc, signal.SIGCONT),
+                    a.sessions,
+                )
+            else:
+                r = _round_silence(
+                    stack, load, victim, lambda v=victim: stack.partition(v), lambda v=victim: stack.heal(v), a.sessions
+                )
+            r["steps_per_s_after"] = round(_rate(load, a.measure), 1)
+            rounds.append(r)
+            print(f"  {fault} round {n + 1}: {r}", flush=True)
+    except AssertionError as e:
+        failure = str(e)
+    finally:
+        try:
+            report = load.stop(timeout=GUARD_S)
+        except AssertionError as e:
+            failure = failure or str(e)
+        leftover = orphans = None
+        try:
+            leftover = len(stack.list_sessions())
+            wait_until(lambda: all(stack.worker_current(w) == 0 for w in workers), 30, "no orphans")
+            orphans = 0
+        except AssertionError:
+            orphans = sum(stack.worker_current(w) for w in workers)
+        except Exception as e:  # noqa: BLE001 - recorded, the run goes on with the next fault
+            failure = failure or f"{type(e).__name__}: {e}"
+        if failure:
+            print(stack.logs(10), file=sys.stderr)
+        stack.close()
+    summary = report.summary() if report else {}
+    outcomes = summary.get("outcomes", {})
+    problems = [f"outcome {k!r}: {v}" for k, v in outcomes.items() if k not in ALLOWED[fault]]
+    if report and report.unaccounted:
+        problems.append(f"{len(report.unaccounted)} sessions unaccounted")
+    if leftover:
+        problems.append(f"the controller still lists {leftover} sessions")
+    if orphans:
+        problems.append(f"the workers hold {orphans} orphaned sessions")
+    if failure:
+        problems.append(failure)
+    return {
+        "fault": fault,
+        "ok": not problems,
+        "problems": problems,
+        "steps_per_s_steady": round(steady, 1) if steady is not None else None,
+        "rounds": rounds,
+        "controller_sessions_after": leftover,
+        "worker_orphans_after": orphans,
+        **summary,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sessions", type=int, default=200, help="concurrent session loops")
+    p.add_argument("--rounds", type=int, default=3, help="times each fault is injected and recovered")
+    p.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)}")
+    p.add_argument("--measure", type=float, default=5.0, help="seconds over which steps/s is measured")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "faults.json"))
+    a = p.parse_args(argv)
+    faults = [f for f in a.faults.split(",") if f]
+    unknown = set(faults) - set(FAULTS)
+    if unknown:
+        p.error(f"unknown faults {sorted(unknown)}; choose from {FAULTS}")
+    started = time.monotonic()
+    results = []
+    for fault in faults:
+        print(f"{fault}: {a.sessions} sessions, {a.rounds} rounds", flush=True)
+        results.append(run_fault(fault, a))
+    out = {
+        "config": {
+            "sessions": a.sessions,
+            "rounds": a.rounds,
+            "session_steps": [8, 16],
+            "heartbeat_interval_s": 0.5,
+            "heartbeat_timeout_s": 1.5,
+            "dead_after_s": 3.0,
+            "interaction_timeout_s": 240.0,
+            "seed": a.seed,
+        },
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "seconds": round(time.monotonic() - started, 1),
+        "faults": results,
+    }
+    Path(a.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.output).write_text(json.dumps(out, indent=2) + "\n")
+    print()
+    print(
+        f"{'fault':<16}{'ok':<4}{'sessions':>9}{'completed':>10}{'task err':>9}{'lost 410':>9}{'other':>6}  detection / recovery"
+    )
+    for r in results:
+        o = r.get("outcomes", {})
+        other = sum(v for k, v in o.items() if k not in ("completed", "task error", "session lost"))
+        rounds = r["rounds"]
+
+        def span(key: str, rounds: list[dict[str, Any]] = rounds) -> str:
+            vals = [x[key] for x in rounds if key in x]
+            return f"{min(vals):.1f}-{max(vals):.1f} s" if vals else "-"
+
+        if r["fault"] == "worker-kill":
+            detail = f"victims answered within {span('last_victim_answered_s')}, rejoined {span('restart_to_live_s')}"
+        elif r["fault"].startswith("controller"):
+            detail = f"workers live again {span('workers_live_again_s')}, old sessions resolved {span('old_sessions_resolved_s')}"
+        else:
+            detail = (
+                f"declared dead {span('declared_dead_s')}, in flight answered by {span('last_victim_answered_s')},"
+                f" rejoined {span('restore_to_live_s')}"
+            )
+        print(
+            f"{r['fault']:<16}{'yes' if r['ok'] else 'NO':<4}{r.get('sessions', 0):>9}{o.get('completed', 0):>10}"
+            f"{o.get('task error', 0):>9}{o.get('session lost', 0):>9}{other:>6}  {detail}"
+        )
+        for problem in r["problems"]:
+            print(f"    problem: {problem}")
+    print(f"results: {a.output}")
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
