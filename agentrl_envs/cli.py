@@ -34,59 +34,10 @@ from typing import Any
 from .errors import AgentRLEnvsError
 
 
-def _raise_fd_limit(reserve: int) -> int:
-    """Raise the soft limit on open files to the hard one; return how many connections to admit
-    before answering 503 (a clear error) instead of failing to accept (a hang for the client)."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
-    return max(64, soft - min(reserve, soft // 4))
-
-
-def _tune_gc_for_serving() -> None:
-    """Freeze what start-up allocated (modules, app, schemas) out of the collector's sight and
-    collect the young generation less often. Measured with benchmarks/session_scale.py on one
-    core: the worker's CPU per step at 10,000 sessions went from ~195 µs to ~140 µs (at 64
-    sessions from ~148 µs to ~132 µs): full collections over 10,000 sessions' objects were a
-    quarter of the time."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
-
-
 def _uvicorn_run(app: Any, host: str, port: int, log_level: str, *, reserve_fds: int = 512) -> None:
-    import uvicorn
+    from .httpapi import run_server
 
-    connections = _raise_fd_limit(reserve_fds)
-    print(f"admitting up to {connections} connections (then 503; raise `ulimit -n` for more)", flush=True)
-    _tune_gc_for_serving()
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=False,
-        loop="uvloop",
-        http="httptools",
-        timeout_keep_alive=75,
-        # Thousands of agents connect at once when a run starts; the kernel caps this at
-        # net.core.somaxconn.
-        backlog=16384,
-        limit_concurrency=connections,
-        # Nothing sits in front of these servers; the headers cost CPU on every response.
-        proxy_headers=False,
-        server_header=False,
-        date_header=False,
-    )
+    run_server(app, host, port, log_level, reserve_fds=reserve_fds)
 
 
 def option_env_var(task: str, key: str) -> str:

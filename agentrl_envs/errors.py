@@ -9,6 +9,7 @@ AgentRLEnvsError
 ├── InfrastructureError        the transport failed; retried or dropped, never scored 0
 │   ├── CapacityError          the worker is full (HTTP 406), carries active/max sessions
 │   ├── NoWorkerError          no live worker serves the task (HTTP 503)
+│   ├── OverloadedError        the server is at its connection limit (HTTP 503, sent by the HTTP layer)
 │   ├── WorkerUnreachableError the worker died or cannot be reached
 │   ├── SessionLostError       the session was opened on an earlier run of a restarted controller (HTTP 410)
 │   ├── ControllerError        a controller request failed (carries status code and body)
@@ -78,6 +79,13 @@ class CapacityError(InfrastructureError):
 
 class NoWorkerError(InfrastructureError):
     code = "no_worker"
+    http_status = 503
+
+
+class OverloadedError(InfrastructureError):
+    """A controller or worker refused a connection past its limit (``ulimit -n``): retry later."""
+
+    code = "overloaded"
     http_status = 503
 
 
