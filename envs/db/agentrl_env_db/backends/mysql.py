@@ -1,11 +1,12 @@
 """MySQL / MariaDB backend: one database *and one user* per session on a shared server.
 
 The worker holds a small pool of *admin* connections (the ``mysql_url`` user, which needs
-CREATE, DROP, CREATE USER, GRANT OPTION and the right to KILL other users' queries). For each
-session the admin creates database ``agentrl_db_<random>`` and a user of the same name whose
-only grant is ``ALL ON that_db.*``; the model's statements run on a connection of that user, so
-a session cannot read, change or drop another session's tables, change global settings, or kill
-other queries. ``close`` drops the database and the user.
+CREATE, DROP, CREATE USER, GRANT OPTION, the right to KILL other users' queries and, for the
+sweep below, SELECT on ``mysql.user`` and PROCESS). For each session the admin creates database
+``agentrl_db_<owner>_<session>`` and a user of the same name whose only grant is
+``ALL ON that_db.*``; the model's statements run on a connection of that user, so a session cannot
+read, change or drop another session's tables, change global settings, or kill other queries.
+``close`` drops the database and the user.
 
 Leftovers of dead workers: several workers may share one server, and a worker killed with SIGKILL
 cannot drop its sessions' databases. Each backend therefore has an *owner id* (8 random hex
