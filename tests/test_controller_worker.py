@@ -182,21 +182,23 @@ def _silence_heartbeats(service) -> None:
         w.last_heartbeat -= 5
 
 
-def test_a_silent_worker_that_answers_keeps_its_sessions_and_gets_no_new_ones(make_stack):
+def test_a_silent_worker_that_answers_keeps_its_sessions_and_gets_new_ones_only_while_it_answers(make_stack):
     stack = make_stack(heartbeat_timeout=0.5, dead_after=1.0)
     stack.add_worker(EchoTask)
     sid, _ = start(stack.url, "echo")
     service = stack.service
     _silence_heartbeats(service)
     [worker] = service.workers.values()
-    answered = worker.last_answer  # its answer to start_sample; nothing is routed to it from here
-    wait_for(lambda: worker.last_answer > answered and not worker.probing, timeout=10)  # probed, answered
+    wait_for(lambda: worker.last_probe > 0 and not worker.probing, timeout=10)  # probed, answered
     time.sleep(1.5)  # past dead_after again: probed again, still alive
     assert list(service.workers.values()) == [worker] and not worker.dead
+    r = httpx.post(f"{stack.url}/api/start_sample", json={"name": "echo", "index": 0})
+    assert_error(r, 503, "no_worker")  # no heartbeat and no routed answer lately: no new sessions
     out = interact(stack.url, sid, call("echo", '{"text": "x"}'))
     assert out.status_code == 200 and out.json()["status"] != "task error"  # its session goes on
-    r = httpx.post(f"{stack.url}/api/start_sample", json={"name": "echo", "index": 0})
-    assert_error(r, 503, "no_worker")  # but no new sessions while its heartbeats are late
+    # Answering a routed request shows it serves: late heartbeats alone do not stop dispatch
+    # (under load the controller itself queues them behind session traffic).
+    start(stack.url, "echo")
 
 
 def test_a_silent_worker_that_does_not_answer_is_dead_and_its_sessions_end(make_stack):

@@ -2,16 +2,16 @@
 
 Contract (AgentRL's controller, docs/protocol.md "Worker → controller: the heartbeat"):
 
-* a worker registers with its first heartbeat and stays *live* while it beats at least every
-  ``heartbeat_timeout`` (11 s); only live, non-stale workers get new sessions, and of those the
-  one with the most free slots;
+* a worker registers with its first heartbeat and stays *live* while it beats, or answers a
+  routed request, at least every ``heartbeat_timeout`` (11 s); only live, non-stale workers get
+  new sessions, and of those the one with the most free slots (a full worker answers 406);
 * a session belongs to the worker that started it; one interact at a time per session;
 * when a worker dies (a request to it fails, or it is silent for ``dead_after`` and does not
   answer a probe either), its sessions end with status ``task error`` and an error saying so;
   when it beats again it re-registers as new. Silence is counted from its last heartbeat *or*
   last answer to a routed request, whichever is later: a worker busy with sessions is alive
-  even when its heartbeats are late. A worker whose heartbeats are late gets no new sessions
-  (backpressure) but keeps the ones it has; only one that answers neither heartbeats, requests
+  even when its heartbeats are late. A worker with neither recent heartbeats nor answers gets
+  no new sessions but keeps the ones it has; only one that answers neither heartbeats, requests
   nor a ``GET /health`` probe on its own connection (any HTTP answer counts) is declared dead;
 * a worker declared dead has its requests in flight failed at once (their sessions end
   ``task error`` then, not at the interaction timeout);
@@ -74,7 +74,12 @@ class Worker:
     dead: bool = False
     sessions: set[int] = field(default_factory=set)
     last_answer: float = 0.0  # time.monotonic() of its last answer to a routed request
+    last_probe: float = 0.0  # ... of its last answer to a /health probe
     probing: bool = False
+
+    def last_sign(self) -> float:
+        """When it last showed it serves: a heartbeat or an answer to a routed request."""
+        return max(self.last_heartbeat, self.last_answer)
 
     def free(self) -> int:
         return self.concurrency - len(self.sessions)
@@ -87,7 +92,7 @@ class Worker:
             "concurrency": self.concurrency,
             "current": len(self.sessions),
             "last_heartbeat_s_ago": round(now - self.last_heartbeat, 3),
-            "alive": not self.dead and now - self.last_heartbeat <= heartbeat_timeout,
+            "alive": not self.dead and now - self.last_sign() <= heartbeat_timeout,
             "stale": self.stale,
         }
 
@@ -154,7 +159,10 @@ class ControllerService:
     # ------------------------------------------------------------------ workers
 
     def alive(self, w: Worker, now: float | None = None) -> bool:
-        return not w.dead and (now or time.monotonic()) - w.last_heartbeat <= self.heartbeat_timeout
+        """Eligible for new sessions: a heartbeat or an answer to a routed request within
+        ``heartbeat_timeout`` (under load a controller queues heartbeats behind session traffic,
+        so late heartbeats from a worker that is answering must not stop dispatch to it)."""
+        return not w.dead and (now or time.monotonic()) - w.last_sign() <= self.heartbeat_timeout
 
     def heartbeat(self, req: HeartbeatRequest) -> Worker:
         now = time.monotonic()
@@ -412,7 +420,7 @@ class ControllerService:
                 w, f"no heartbeat or answer for {silent:.0f} s, and /health did not answer ({type(e).__name__})"
             )
         else:
-            w.last_answer = time.monotonic()
+            w.last_probe = time.monotonic()
             log.warning(
                 "worker %s (%r at %s): no heartbeat for %.0f s but it answers: kept, no new sessions until it beats",
                 w.id,
@@ -429,7 +437,7 @@ class ControllerService:
             await asyncio.sleep(period)
             now = time.monotonic()
             for w in list(self.workers.values()):
-                silent = now - max(w.last_heartbeat, w.last_answer)
+                silent = now - max(w.last_sign(), w.last_probe)
                 if silent > self.dead_after and not w.probing and not w.dead:
                     w.probing = True
                     self._background(self._probe(w, silent))
