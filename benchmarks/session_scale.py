@@ -89,10 +89,10 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
         else:
             gen = [sys.executable, str(HERE / "loadgen.py"), "--proto", mode, "--base", base]
             gen += ["-c", str(sessions), "-k", str(a.k), "--duration", str(a.duration)]
-        pids = [p.proc.pid for p in procs]
-        cpu0 = sum(cpu_seconds(pid) for pid in pids)
+        cpu0 = {p.name: cpu_seconds(p.proc.pid) for p in procs}
         done = subprocess.run(pinned(gen_core, gen), capture_output=True, text=True, timeout=a.duration + 180)
-        cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
+        by_process = {p.name: cpu_seconds(p.proc.pid) - cpu0[p.name] for p in procs}
+        cpu = sum(by_process.values())
         if done.returncode != 0:
             raise RuntimeError(f"load generator failed: {done.stderr[-2000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -116,6 +116,7 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
         "errors": result["errors"],
         "server_cpu_s": round(cpu, 2),
         "server_cpu_us_per_step": round(1e6 * cpu / steps, 1) if steps else None,
+        "cpu_us_per_step_by_process": {k: round(1e6 * v / steps, 1) for k, v in by_process.items()} if steps else {},
     }
 
 
@@ -141,7 +142,8 @@ def main() -> int:
             runs.append(r)
             print(
                 f"{mode:<10} {n:>6} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:8.1f} ms  "
-                f"p99 {r['p99_ms']:8.1f} ms ({r['p99_over_p50']}x)  {r['server_cpu_us_per_step']} µs CPU/step  "
+                f"p99 {r['p99_ms']:8.1f} ms ({r['p99_over_p50']}x)  {r['server_cpu_us_per_step']} µs CPU/step "
+                f"{r['cpu_us_per_step_by_process']}  "
                 f"sessions ok {r['sessions_ok']} failed {r['sessions_failed']} {r['errors'] or ''}",
                 flush=True,
             )

@@ -124,6 +124,7 @@ class ControllerService:
         self.idle_timeout = idle_timeout
         self.interaction_timeout = interaction_timeout
         self.metrics = metrics or ControllerMetrics()
+        self._step_metrics: dict[tuple[str, str], tuple[Any, Any]] = {}
         self.workers: dict[str, Worker] = {}
         self.sessions: dict[int, Session] = {}
         self.ended: OrderedDict[int, tuple[str, str]] = OrderedDict()  # id -> (status, why)
@@ -360,8 +361,15 @@ class ControllerService:
             # The worker lost the session (restart, expiry): the episode cannot go on.
             return self._failed(sid, f"worker {s.worker.address} rejected the step ({status}): {detail}")
         out = self._client_view(body.get("env_out", {}) if isinstance(body, dict) else {})
-        self.metrics.interacts.labels(s.name, out["status"]).inc()
-        self.metrics.latency.labels("interact", s.name).observe(time.perf_counter() - t0)
+        key = (s.name, out["status"])
+        counters = self._step_metrics.get(key)
+        if counters is None:  # label lookups cost ~2.5 µs each: once per task and status
+            counters = self._step_metrics[key] = (
+                self.metrics.interacts.labels(*key),
+                self.metrics.latency.labels("interact", s.name),
+            )
+        counters[0].inc()
+        counters[1].observe(time.perf_counter() - t0)
         if out["finish"]:
             self._end(sid, out["status"])
         return out
