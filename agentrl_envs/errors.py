@@ -1,25 +1,35 @@
 """Exceptions of agentrl-envs, split by who is at fault.
 
 AgentRLEnvsError
+├── InternalError              a bug: an exception nothing expected (HTTP 500)
 ├── ModelError                 the model's action was bad; answered to the model, scored
 │   ├── ToolCallError          bad tool call: invalid JSON, unknown tool, wrong arguments
 │   └── ContextLimitError      the conversation no longer fits the model ("agent context limit")
 ├── TaskError                  the task itself failed (bug, broken data); status "task error"
-│   └── DataError              a split or data file is missing or malformed
+│   ├── DataError              a split or data file is missing or malformed
+│   └── SandboxError           a sandbox could not start or died (sandbox.base)
 ├── InfrastructureError        the transport failed; retried or dropped, never scored 0
 │   ├── CapacityError          the worker is full (HTTP 406), carries active/max sessions
 │   ├── NoWorkerError          no live worker serves the task (HTTP 503)
 │   ├── OverloadedError        the server is at its connection limit (HTTP 503, sent by the HTTP layer)
 │   ├── WorkerUnreachableError the worker died or cannot be reached
+│   │   └── UpstreamError      the controller's request to a worker failed (controller.upstream)
 │   ├── SessionLostError       the session was opened on an earlier run of a restarted controller (HTTP 410)
 │   ├── ControllerError        a controller request failed (carries status code and body)
-│   └── ModelServerError       the model (policy) server failed or answered nothing usable
+│   ├── ModelServerError       the model (policy) server failed or answered nothing usable
+│   ├── ModelLoadError         the built-in model's weights could not be loaded (chat.errors)
+│   └── DockerUnavailable      no Docker engine answers (containers.engine)
+├── BuildError                 a worker image failed to build (containers.build)
 └── SessionError               the client misused the API (HTTP 4xx)
     ├── InvalidRequestError    a body that is not what the endpoint takes (HTTP 422)
     ├── UnknownSampleError     no such sample index in the task
     ├── UnknownSessionError    no such session (it never existed, expired or ended)
     ├── SessionBusyError       an interact is already in flight for the session
-    └── SessionFinishedError   the episode has already ended
+    ├── SessionFinishedError   the episode has already ended
+    └── BadModelRequestError   the model server cannot serve the request as asked (HTTP 400, chat.errors)
+        └── ContextLengthError the prompt does not fit the model's context
+
+Each class has its own ``code`` (the wire's ``error`` field): one code, one class.
 """
 
 from __future__ import annotations
@@ -37,6 +47,13 @@ class AgentRLEnvsError(Exception):
         super().__init__(message)
         self.message = message
         self.data = data
+
+
+class InternalError(AgentRLEnvsError):
+    """An exception nothing expected (a bug); the server logs its traceback."""
+
+    code = "internal_error"
+    http_status = 500
 
 
 class ModelError(AgentRLEnvsError):

@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from .errors import AgentRLEnvsError
+from .errors import AgentRLEnvsError, InternalError, InvalidRequestError, OverloadedError
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +27,25 @@ def json_response(content: Any, status_code: int = 200, headers: dict[str, str] 
     return Response(orjson.dumps(content), status_code=status_code, headers=headers, media_type="application/json")
 
 
-def error_response(status_code: int, code: str, detail: str, data: dict[str, Any] | None = None) -> Response:
-    return json_response({"detail": detail, "error": code, "data": data or {}}, status_code)
+def error_payload(err: AgentRLEnvsError) -> bytes:
+    """The one error body (:class:`schema.ErrorBody`), serialised: every error leaves through here."""
+    return orjson.dumps({"detail": err.message, "error": err.code, "data": err.data})
+
+
+def as_wire_error(exc: BaseException, where: str = "") -> AgentRLEnvsError:
+    """Any exception as the error the wire carries: ours as they are, a validation failure as
+    :class:`InvalidRequestError`, anything else as :class:`InternalError` (logged: a bug)."""
+    if isinstance(exc, AgentRLEnvsError):
+        return exc
+    if isinstance(exc, (ValidationError, RequestValidationError)):
+        return InvalidRequestError(_validation_detail(list(exc.errors())))
+    log.exception("unhandled error%s", f" on {where}" if where else "", exc_info=exc)
+    return InternalError(f"{type(exc).__name__}: {exc}")
+
+
+def error_response(exc: BaseException) -> Response:
+    err = as_wire_error(exc)
+    return Response(error_payload(err), status_code=err.http_status, media_type="application/json")
 
 
 def _validation_detail(errors: list[Any]) -> str:
@@ -62,22 +79,11 @@ def service_app(title: str, service: Any) -> FastAPI:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(AgentRLEnvsError)
-    async def _known(_: Request, exc: AgentRLEnvsError) -> Response:
-        return error_response(exc.http_status, exc.code, exc.message, exc.data)
+    async def handle(_: Request, exc: Exception) -> Response:
+        return error_response(exc)
 
-    @app.exception_handler(ValidationError)
-    async def _invalid(_: Request, exc: ValidationError) -> Response:
-        return error_response(422, "invalid_request", _validation_detail(exc.errors()))
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid_request(_: Request, exc: RequestValidationError) -> Response:
-        return error_response(422, "invalid_request", _validation_detail(list(exc.errors())))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> Response:
-        log.exception("unhandled error", exc_info=exc)
-        return error_response(500, "internal_error", f"{type(exc).__name__}: {exc}")
+    for kind in (AgentRLEnvsError, ValidationError, RequestValidationError, Exception):
+        app.add_exception_handler(kind, handle)
 
 
 FastHandler = Callable[[dict[bytes, bytes], bytes], Awaitable[Any]]
@@ -126,16 +132,9 @@ class FastRoutes:
                 extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in result.headers.items()]
                 result = result.body
             payload = orjson.dumps(result)
-        except AgentRLEnvsError as e:
-            status, payload = e.http_status, orjson.dumps({"detail": e.message, "error": e.code, "data": e.data})
-        except ValidationError as e:
-            status, payload = (
-                422,
-                orjson.dumps({"detail": _validation_detail(e.errors()), "error": "invalid_request", "data": {}}),
-            )
         except Exception as e:
-            log.exception("unhandled error on %s", scope["path"], exc_info=e)
-            status, payload = 500, orjson.dumps({"detail": f"{type(e).__name__}: {e}", "error": "internal_error", "data": {}})
+            err = as_wire_error(e, scope["path"])
+            status, payload = err.http_status, error_payload(err)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
@@ -181,12 +180,11 @@ def bounded_http_protocol(max_connections: int) -> type:
     legitimately run past the connection count."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    body = orjson.dumps(
-        {
-            "detail": f"this server is at its limit of {max_connections} connections (set by `ulimit -n`); retry later",
-            "error": "overloaded",
-            "data": {"max_connections": max_connections},
-        }
+    body = error_payload(
+        OverloadedError(
+            f"this server is at its limit of {max_connections} connections (set by `ulimit -n`); retry later",
+            max_connections=max_connections,
+        )
     )
     refusal = (
         b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"

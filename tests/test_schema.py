@@ -23,3 +23,27 @@ def test_worked_example_pairs_each_call_with_its_tool_reply() -> None:
     parsed = [Message.model_validate(m) for m in messages]  # valid OpenAI chat messages
     assert parsed[3].tool_calls[0].function.name == "commit_final_answer"
     assert worked_example("Q", []) == [{"role": "user", "content": "Q"}]
+
+
+def test_one_error_tree_with_one_class_per_code():
+    """Every exception the packages raise over the wire is in one tree, and a code names one class."""
+    import agentrl_envs.chat.errors
+    import agentrl_envs.containers.build
+    import agentrl_envs.containers.engine
+    import agentrl_envs.controller.upstream
+    import agentrl_envs.sandbox.base  # noqa: F401
+    from agentrl_envs.errors import AgentRLEnvsError
+
+    def walk(cls: type) -> list[type]:
+        return [cls, *(c for sub in cls.__subclasses__() for c in walk(sub))]
+
+    classes = [c for c in walk(AgentRLEnvsError) if c.__module__.startswith("agentrl_envs")]
+    names = {c.__name__ for c in classes}
+    assert {"SandboxError", "UpstreamError", "DockerUnavailable", "BuildError", "BadModelRequestError"} <= names
+    codes: dict[str, str] = {}
+    for c in classes:
+        if "code" in vars(c):
+            assert c.code not in codes, f"{c.__name__} and {codes[c.code]} share the code {c.code!r}"
+            codes[c.code] = c.__name__
+    undeclared = [c.__name__ for c in classes if "code" not in vars(c)]
+    assert not undeclared, f"classes without a code of their own: {undeclared}"

@@ -3,13 +3,14 @@
 AgentRLEnvsError
 ├── InfrastructureError
 │   └── ModelLoadError          the weights could not be found or loaded
-└── BadModelRequestError        the request cannot be served as asked (HTTP 400)
-    └── ContextLengthError      prompt too long for the model's context window
+└── SessionError
+    └── BadModelRequestError    the request cannot be served as asked (HTTP 400)
+        └── ContextLengthError  prompt too long for the model's context window
 """
 
 from __future__ import annotations
 
-from ..errors import AgentRLEnvsError, InfrastructureError
+from ..errors import InfrastructureError, SessionError
 
 
 class ModelLoadError(InfrastructureError):
@@ -17,8 +18,11 @@ class ModelLoadError(InfrastructureError):
     http_status = 500
 
 
-class BadModelRequestError(AgentRLEnvsError):
-    code = "invalid_request"
+class BadModelRequestError(SessionError):
+    """A well-formed request the server cannot serve as asked (unsupported parameter, value out of
+    range). Not ``invalid_request``: that code is a body failing validation (HTTP 422)."""
+
+    code = "bad_request"
     http_status = 400
 
 

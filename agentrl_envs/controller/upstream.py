@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from ..errors import WorkerUnreachableError
+
 IDLE_TTL_S = 30.0
 # Connections per worker at most; more requests wait in line (first come, first served). A worker
 # serves one request at a time per core, so more connections only cost file descriptors: at
@@ -29,8 +31,10 @@ IDLE_TTL_S = 30.0
 UPSTREAM_MAX_CONNECTIONS = 1024  # well under uvicorn's keep-alive (we run it at 75 s): never reuse a closing socket
 
 
-class UpstreamError(ConnectionError):
-    pass
+class UpstreamError(WorkerUnreachableError):
+    """The request to a worker failed: cannot connect, connection lost, not HTTP, or no answer."""
+
+    code = "upstream_error"
 
 
 class _Connection(asyncio.Protocol):

@@ -24,9 +24,14 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..errors import TaskError
 
-class SandboxError(RuntimeError):
-    """The sandbox could not start, or died (killed for memory, closed): not the command's fault."""
+
+class SandboxError(TaskError, RuntimeError):
+    """The sandbox could not start, or died (killed for memory, closed): not the command's fault.
+    (Still a ``RuntimeError`` for callers that caught it as one.)"""
+
+    code = "sandbox_error"
 
 
 @dataclass(frozen=True)

@@ -128,16 +128,16 @@ async def test_tool_choice_is_passed_on_with_tools() -> None:
 @pytest.mark.parametrize(
     ("extra", "status", "error"),
     [
-        ({"n": 0}, 400, "invalid_request"),
-        ({"n": 17}, 400, "invalid_request"),
-        ({"logprobs": True}, 400, "invalid_request"),
-        ({"stop": ["\n"]}, 400, "invalid_request"),
-        ({"response_format": {"type": "json_object"}}, 400, "invalid_request"),
-        ({"tool_choice": "required"}, 400, "invalid_request"),
-        ({"tool_choice": "sometimes", "tools": [SQL_TOOL]}, 400, "invalid_request"),
-        ({"max_tokens": 0}, 400, "invalid_request"),
-        ({"temperature": 5}, 400, "invalid_request"),
-        ({"messages": []}, 400, "invalid_request"),
+        ({"n": 0}, 400, "bad_request"),
+        ({"n": 17}, 400, "bad_request"),
+        ({"logprobs": True}, 400, "bad_request"),
+        ({"stop": ["\n"]}, 400, "bad_request"),
+        ({"response_format": {"type": "json_object"}}, 400, "bad_request"),
+        ({"tool_choice": "required"}, 400, "bad_request"),
+        ({"tool_choice": "sometimes", "tools": [SQL_TOOL]}, 400, "bad_request"),
+        ({"max_tokens": 0}, 400, "bad_request"),
+        ({"temperature": 5}, 400, "bad_request"),
+        ({"messages": []}, 400, "bad_request"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, 422, "invalid_request"),
     ],
 )
@@ -306,4 +306,4 @@ async def test_responses_api_maps_items_to_chat_and_answers_in_its_shape() -> No
 async def test_responses_api_refuses_what_it_does_not_serve(extra: dict[str, Any], param: str) -> None:
     async with client_for(FakeEngine("x")) as c:
         r = await c.post("/v1/responses", json={"model": "m", "input": "hi", **extra})
-    assert r.status_code == 400 and r.json()["error"] == "invalid_request" and r.json()["data"]["param"] == param
+    assert r.status_code == 400 and r.json()["error"] == "bad_request" and r.json()["data"]["param"] == param
