@@ -172,15 +172,39 @@ def tune_gc_for_serving() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-def bounded_http_protocol(max_connections: int) -> type:
-    """uvicorn's httptools protocol, refusing connections past ``max_connections`` with a 503
-    (``overloaded``) and a close, instead of failing to accept them when the process runs out
-    of file descriptors (the client would hang in the listen backlog). uvicorn's own
-    ``limit_concurrency`` counts requests in flight too, which at 10,000 keep-alive sessions
-    legitimately run past the connection count."""
+def _status_line(status: int) -> bytes:
+    from http import HTTPStatus
+
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Status"
+    return f"HTTP/1.1 {status} {phrase}\r\n".encode("latin-1")
+
+
+def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandler] | None = None) -> type:
+    """uvicorn's httptools protocol with two additions, for thousands of agent connections:
+
+    * **Fast routes**: a request for one of ``routes`` (the hot ``start_sample`` / ``interact``)
+      is answered by its handler straight from the protocol (headers and body in, JSON out),
+      without uvicorn's ASGI cycle (scope, request/response objects, receive/send): measured with
+      benchmarks/session_scale.py, that cycle was ~40% of the controller's CPU per step. Every
+      other request, and lifespan, goes through the ASGI app as usual. Errors leave in the one
+      error shape. A fast route does not take pipelined requests (no agent client sends them):
+      a request sent before the previous answer is refused with 400 and the connection closed.
+    * **A connection limit**: connections past ``max_connections`` get a 503 ``overloaded`` and
+      a close at once, instead of failing to be accepted when the process runs out of file
+      descriptors (the client would hang in the listen backlog). uvicorn's own
+      ``limit_concurrency`` counts requests in flight too, which at 10,000 keep-alive sessions
+      legitimately run past the connection count.
+    """
+    from urllib.parse import unquote
+
+    import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    body = error_payload(
+    routes = routes or {}
+    refusal_body = error_payload(
         OverloadedError(
             f"this server is at its limit of {max_connections} connections (set by `ulimit -n`); retry later",
             max_connections=max_connections,
@@ -188,23 +212,104 @@ def bounded_http_protocol(max_connections: int) -> type:
     )
     refusal = (
         b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        b"content-length: %d\r\n\r\n" % len(body) + body
+        b"content-length: %d\r\n\r\n" % len(refusal_body) + refusal_body
     )
+    ok_head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
 
-    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    class AgentHttpProtocol(HttpToolsProtocol):
+        _fast: FastHandler | None = None
+        _fast_busy = False
+        _refused = False
+
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             if len(self.connections) >= max_connections:
                 log.warning("connection refused: %d connections open (limit %d)", len(self.connections), max_connections)
+                self._refused = True
                 transport.write(refusal)
                 transport.close()
                 return
             super().connection_made(transport)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            if getattr(self, "transport", None) is not None:
+            if not self._refused:
                 super().connection_lost(exc)
 
-    return BoundedHttpToolsProtocol
+        # The scope is built only for requests that go to the ASGI app.
+        def on_message_begin(self) -> None:
+            self.url = b""
+            self.headers = []
+            self.expect_100_continue = False
+            self._fast = None
+
+        def on_headers_complete(self) -> None:
+            method = self.parser.get_method().decode("ascii")
+            path = httptools.parse_url(self.url).path.decode("ascii")
+            handler = routes.get((method, unquote(path) if "%" in path else path))
+            if handler is not None and not self.parser.should_upgrade():
+                if self._fast_busy:
+                    self.send_400_response("HTTP pipelining is not supported here: wait for each answer")
+                    return
+                self._fast, self._fast_body = handler, []
+                return
+            url, headers, expect = self.url, self.headers, self.expect_100_continue
+            super().on_message_begin()  # builds the ASGI scope, resets url and headers
+            self.url, self.expect_100_continue = url, expect
+            self.headers.extend(headers)  # the scope holds this very list
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            if self._fast is not None:
+                self._fast_body.append(body)
+            elif not self.transport.is_closing():
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            handler = self._fast
+            if handler is None:
+                if not self.transport.is_closing():
+                    super().on_message_complete()
+                return
+            self._fast = None
+            self._fast_busy = True
+            self.flow.pause_reading()
+            keep_alive = self.parser.should_keep_alive()
+            task = self.loop.create_task(self._answer(handler, dict(self.headers), b"".join(self._fast_body), keep_alive))
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)
+
+        async def _answer(self, handler: FastHandler, headers: dict[bytes, bytes], body: bytes, keep_alive: bool) -> None:
+            extra = b""
+            try:
+                result = await handler(headers, body)
+                if type(result) is WithHeaders:
+                    extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in result.headers.items())
+                    result = result.body
+                payload = orjson.dumps(result)
+                head = ok_head
+            except Exception as e:
+                err = as_wire_error(e, self.url.decode("latin-1", "replace"))
+                payload = error_payload(err)
+                head = _status_line(err.http_status) + b"content-type: application/json\r\ncontent-length: "
+            self._fast_busy = False
+            if self.transport.is_closing():
+                return
+            keep_alive = keep_alive and not self._shutting_down
+            close = b"" if keep_alive else b"connection: close\r\n"
+            self.transport.write(b"%s%d\r\n%s%s\r\n%s" % (head, len(payload), extra, close, payload))
+            if keep_alive:
+                self.on_response_complete()  # keep-alive timer, resume reading
+            else:
+                self.transport.close()
+
+        _shutting_down = False
+
+        def shutdown(self) -> None:
+            if self._fast_busy:
+                self._shutting_down = True  # close once the answer is written
+            else:
+                super().shutdown()
+
+    return AgentHttpProtocol
 
 
 def run_server(app: Any, host: str, port: int, log_level: str, *, reserve_fds: int = 512) -> None:
@@ -221,7 +326,7 @@ def run_server(app: Any, host: str, port: int, log_level: str, *, reserve_fds: i
         log_level=log_level,
         access_log=False,
         loop="uvloop",
-        http=bounded_http_protocol(connections),
+        http=http_protocol(connections, app.routes if isinstance(app, FastRoutes) else None),
         timeout_keep_alive=75,
         # Thousands of agents connect at once when a run starts; the kernel caps this at
         # net.core.somaxconn.

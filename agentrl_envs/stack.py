@@ -70,7 +70,18 @@ class ServerThread:
 
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, loop="asyncio")
+        from .httpapi import FastRoutes, http_protocol
+
+        routes = app.routes if isinstance(app, FastRoutes) else None
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            loop="asyncio",
+            http=http_protocol(10_000, routes),  # the protocol run_server serves with
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"server-{self.port}")
 
