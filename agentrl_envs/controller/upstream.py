@@ -73,6 +73,9 @@ class _Connection(asyncio.Protocol):
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result((self.parser.get_status_code(), b"".join(self.chunks)))
 
+    def _time_out(self, peer: str, timeout: float) -> None:
+        self._fail(UpstreamError(f"no answer from {peer} within {timeout:g} s"))
+
     def _fail(self, exc: Exception) -> None:
         self.closed = True
         if self.waiter is not None and not self.waiter.done():
@@ -181,7 +184,7 @@ class UpstreamPool:
         assert conn.transport is not None
         conn.transport.write(head.encode("latin-1") + body)
         # A timer instead of asyncio.wait_for: no extra task per request on the hot path.
-        timer = loop.call_later(timeout, conn._fail, UpstreamError(f"no answer from {host}:{port} within {timeout:g} s"))
+        timer = loop.call_later(timeout, conn._time_out, f"{host}:{port}", timeout)  # the error built only if it fires
         try:
             return await waiter
         except BaseException:
