@@ -270,8 +270,7 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
                     super().on_message_complete()
                 return
             self._fast = None
-            self._fast_busy = True
-            self.flow.pause_reading()
+            self._fast_busy = True  # no pause_reading: a request before the answer is refused anyway
             keep_alive = self.parser.should_keep_alive()
             task = self.loop.create_task(self._answer(handler, dict(self.headers), b"".join(self._fast_body), keep_alive))
             task.add_done_callback(self.tasks.discard)
