@@ -69,3 +69,31 @@ def test_the_soft_fd_limit_is_raised_to_the_hard_one():
         assert admitted == now_soft - min(512, now_soft // 4)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_request_pipelined_behind_a_fast_route_is_refused_not_answered_out_of_order():
+    """start_sample and interact are answered from the protocol, one at a time per connection: a
+    second request sent before the first answer gets a clear 400 and the connection closes."""
+    from agentrl_envs.episode import TaskRuntime
+    from agentrl_envs.stack import ServerThread
+    from agentrl_envs.tasks.echo import EchoTask
+    from agentrl_envs.worker import WorkerService, create_worker_app
+
+    server = ServerThread(create_worker_app(WorkerService(TaskRuntime(EchoTask, split="dev")))).start()
+    try:
+
+        def request(sid: int) -> bytes:
+            body = json.dumps({"index": 0, "session_id": sid}).encode()
+            return b"POST /api/start_sample HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(request(1))
+            first = s.recv(65536)
+            assert first.startswith(b"HTTP/1.1 200") and b"session_id: 1" in first  # one at a time: fine
+            s.sendall(request(2) + request(3))
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400") and b"pipelining is not supported" in answer
+    finally:
+        server.stop()
