@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvloop
 
 from agentrl_envs.client import AsyncControllerClient
 from agentrl_envs.errors import (
@@ -384,7 +385,11 @@ class Load:
 
     def _run_thread(self) -> None:
         try:
-            asyncio.run(self._main())
+            loop = uvloop.new_event_loop()  # the load generator's own cost is kept low: it shares the cores
+            try:
+                loop.run_until_complete(self._main())
+            finally:
+                loop.close()
         except BaseException as e:  # noqa: BLE001 - surfaced by stop()
             self._error = e
             self._ready.set()
