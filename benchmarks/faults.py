@@ -12,6 +12,12 @@ recovered ``--rounds`` times:
 * ``worker-stop``: SIGSTOP a worker until the controller has declared it dead, then SIGCONT;
 * ``partition``: cut a worker off behind a loopback proxy (both directions dropped), then heal.
 
+The load saturates the machine on purpose (``--think 0``: each loop steps again as soon as it
+has its answer): the client-side times (when the load driver saw a session end) include the
+queueing of a saturated driver, controller and workers on shared cores; the controller-side
+times (polled from ``/api/list_sessions`` and ``/api/list_workers``) show when the system
+itself acted. ``--think S`` adds up to S seconds between a loop's steps (an agent's model time).
+
 Every session ends in exactly one outcome the client saw (``completed``, ``task error``,
 ``session lost``; ``hung`` / ``unresolved`` / ``error: ...`` would be failures) and the run
 checks that the controller and the workers hold no session afterwards (no orphans). Per round
@@ -55,13 +61,28 @@ def _rate(load: Load, seconds: float) -> float:
     return (load.total_steps - before) / (time.monotonic() - t0)
 
 
+def _spread(values: list[float]) -> dict[str, float] | None:
+    """p50 / p90 / max of ``values`` (seconds), or None when there are none."""
+    if not values:
+        return None
+    v = sorted(values)
+    return {"p50": round(v[len(v) // 2], 3), "p90": round(v[int(len(v) * 0.9)], 3), "max": round(v[-1], 3)}
+
+
+def _controller_drops(stack: FaultStack, held: set[int]) -> float:
+    """Seconds until the controller holds none of ``held`` (it has ended them all)."""
+    return wait_until(
+        lambda: not held & {s["session_id"] for s in stack.list_sessions()}, GUARD_S, "the controller ends them", 0.05
+    )
+
+
 def _round_worker_kill(stack: FaultStack, load: Load, victim: Worker, sessions: int) -> dict[str, Any]:
     held = stack.sessions_by_worker()[victim.index]
     t0 = time.monotonic()
     stack.kill(victim.proc, signal.SIGKILL)
+    ended_at_controller = time.monotonic() - t0 + _controller_drops(stack, held)
     wait_until(lambda: all(r.outcome for r in load.records if r.sid in held), GUARD_S, "the killed worker's sessions end")
     ended = [r for r in load.records if r.sid in held and r.ended is not None and r.ended >= t0]
-    last = max((r.ended for r in ended), default=t0) - t0
     load.wait_completed(after=t0, n=sessions // 2, timeout=GUARD_S)
     t1 = time.monotonic()
     stack.start_worker(victim)
@@ -71,7 +92,8 @@ def _round_worker_kill(stack: FaultStack, load: Load, victim: Worker, sessions: 
     return {
         "victim_sessions": len(held),
         "victims_task_error": sum(1 for r in ended if r.outcome == "task error"),
-        "last_victim_answered_s": round(last, 3),
+        "controller_ended_them_s": round(ended_at_controller, 3),
+        "client_saw_end_s": _spread([r.ended - t0 for r in ended]),
         "restart_to_live_s": round(live, 3),
         "restart_to_first_session_s": round(got, 3),
     }
@@ -91,6 +113,7 @@ def _round_controller(stack: FaultStack, load: Load, workers: list[Worker], sig:
     resolved = time.monotonic() - t0
     load.wait_completed(after=t0 + up, n=sessions // 2, timeout=GUARD_S)
     old = [r for r in load.records if r.sid in open_before]
+    lost = [r for r in old if r.outcome == "session lost" and r.ended is not None]
     return {
         "open_sessions": len(open_before),
         "lost_410": sum(1 for r in old if r.outcome == "session lost"),
@@ -98,6 +121,7 @@ def _round_controller(stack: FaultStack, load: Load, workers: list[Worker], sig:
         "old_controller_exit_s": round(down, 3),
         "new_controller_up_s": round(up, 3),
         "workers_live_again_s": round(live, 3),
+        "client_saw_410_s": _spread([r.ended - t0 for r in lost]),
         "old_sessions_resolved_s": round(resolved, 3),
     }
 
@@ -108,9 +132,12 @@ def _round_silence(stack: FaultStack, load: Load, victim: Worker, cut: Any, rest
     restored = False
     try:
         cut()
+        # Halfway to dead_after, a step still waiting on one of its sessions is stuck there.
+        time.sleep(stack.dead_after / 2)
         in_flight = {r.sid for r in load.records if r.inflight_since is not None and r.sid in held}
-        wait_until(lambda: not stack.registered(victim), GUARD_S, "the silent worker is declared dead")
+        wait_until(lambda: not stack.registered(victim), GUARD_S, "the silent worker is declared dead", 0.05)
         dead = time.monotonic() - t0
+        ended_at_controller = time.monotonic() - t0 + _controller_drops(stack, held)
         wait_until(lambda: all(r.outcome for r in load.records if r.sid in held), GUARD_S, "its sessions end")
         load.wait_completed(after=t0, n=sessions // 2, timeout=GUARD_S)
         t1 = time.monotonic()
@@ -127,12 +154,13 @@ def _round_silence(stack: FaultStack, load: Load, victim: Worker, cut: Any, rest
     answered = [r for r in load.records if r.sid in in_flight]
     return {
         "victim_sessions": len(held),
-        "in_flight_at_cut": len(in_flight),
-        "in_flight_answered_task_error": sum(1 for r in answered if r.outcome == "task error" and r.via == "answer"),
+        "stuck_steps": len(in_flight),
+        "stuck_steps_answered_task_error": sum(1 for r in answered if r.outcome == "task error" and r.via == "answer"),
+        "stuck_steps_answered_s": _spread([r.ended - t0 for r in answered if r.ended is not None]),
         "victims_task_error": sum(1 for r in ended if r.outcome == "task error"),
         "declared_dead_s": round(dead, 3),
-        "first_victim_answered_s": round(min((r.ended for r in ended), default=t0) - t0, 3),
-        "last_victim_answered_s": round(max((r.ended for r in ended), default=t0) - t0, 3),
+        "controller_ended_them_s": round(ended_at_controller, 3),
+        "client_saw_end_s": _spread([r.ended - t0 for r in ended]),
         "restore_to_live_s": round(live, 3),
         "restore_to_first_session_s": round(got, 3),
     }
@@ -142,7 +170,9 @@ def run_fault(fault: str, a: argparse.Namespace) -> dict[str, Any]:
     stack = FaultStack()
     stack.start_controller()
     workers = [stack.add_worker(behind_proxy=fault == "partition"), stack.add_worker()]
-    load = Load(stack.url, a.sessions, steps=(8, 16), request_timeout=GUARD_S, resolve_timeout=GUARD_S, seed=a.seed).start()
+    load = Load(
+        stack.url, a.sessions, steps=(8, 16), think=a.think, request_timeout=GUARD_S, resolve_timeout=GUARD_S, seed=a.seed
+    ).start()
     rounds: list[dict[str, Any]] = []
     failure = None
     steady: float | None = None
@@ -221,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="times each fault is injected and recovered")
     p.add_argument("--faults", default=",".join(FAULTS), help=f"comma-separated, of {', '.join(FAULTS)}")
     p.add_argument("--measure", type=float, default=5.0, help="seconds over which steps/s is measured")
+    p.add_argument("--think", type=float, default=0.0, help="up to this many seconds between a loop's steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "faults.json"))
     a = p.parse_args(argv)
@@ -238,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             "sessions": a.sessions,
             "rounds": a.rounds,
             "session_steps": [8, 16],
+            "think_s": a.think,
             "heartbeat_interval_s": 0.5,
             "heartbeat_timeout_s": 1.5,
             "dead_after_s": 3.0,
@@ -259,18 +291,24 @@ def main(argv: list[str] | None = None) -> int:
         other = sum(v for k, v in o.items() if k not in ("completed", "task error", "session lost"))
         rounds = r["rounds"]
 
-        def span(key: str, rounds: list[dict[str, Any]] = rounds) -> str:
-            vals = [x[key] for x in rounds if key in x]
+        def span(key: str, sub: str | None = None, rounds: list[dict[str, Any]] = rounds) -> str:
+            vals = [x[key][sub] if sub else x[key] for x in rounds if x.get(key) is not None]
             return f"{min(vals):.1f}-{max(vals):.1f} s" if vals else "-"
 
         if r["fault"] == "worker-kill":
-            detail = f"victims answered within {span('last_victim_answered_s')}, rejoined {span('restart_to_live_s')}"
+            detail = (
+                f"controller ended its sessions {span('controller_ended_them_s')}, clients saw all by"
+                f" {span('client_saw_end_s', 'max')}; restarted, live {span('restart_to_live_s')}"
+            )
         elif r["fault"].startswith("controller"):
-            detail = f"workers live again {span('workers_live_again_s')}, old sessions resolved {span('old_sessions_resolved_s')}"
+            detail = (
+                f"new one up {span('new_controller_up_s')}, workers live {span('workers_live_again_s')},"
+                f" clients saw all 410s by {span('client_saw_410_s', 'max')}"
+            )
         else:
             detail = (
-                f"declared dead {span('declared_dead_s')}, in flight answered by {span('last_victim_answered_s')},"
-                f" rejoined {span('restore_to_live_s')}"
+                f"declared dead {span('declared_dead_s')}, stuck steps answered by {span('stuck_steps_answered_s', 'max')};"
+                f" back, live {span('restore_to_live_s')}"
             )
         print(
             f"{r['fault']:<16}{'yes' if r['ok'] else 'NO':<4}{r.get('sessions', 0):>9}{o.get('completed', 0):>10}"
