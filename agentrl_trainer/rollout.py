@@ -7,8 +7,9 @@ current engines can share one trajectory), records ids and logprobs, and parses 
 
 Who is at fault decides what happens to a failure (see ``agentrl_envs.errors``): the model's
 mistakes (invalid tool call, turn limit, context limit) are scored; anything the infrastructure
-did (controller or worker unreachable, ``task error``, ``cancelled``) marks the episode
-``infra_failure`` so the pipeline drops it from its group instead of scoring it 0.
+did (controller or worker unreachable, ``task error``, ``cancelled``, a session lost to a
+controller restart: ``410 session_lost``) marks the episode ``infra_failure`` so the pipeline
+drops it from its group instead of scoring it 0.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ Contract of :func:`evaluate`:
   controller says ``finish`` (or the client-side ``max_turns`` cap truncates it);
 * who is at fault decides the outcome (see :mod:`agentrl_envs.errors`): an episode whose
   outcome is an infrastructure failure (controller, worker or network error, a model-API error,
-  ``task error`` / ``cancelled``) restarts from scratch, up to ``max_retries`` times; if it still
-  fails the episode is kept with ``infra_error`` set and is never scored. A full worker (HTTP
+  ``task error`` / ``cancelled``, a session lost to a controller restart: ``410 session_lost``)
+  restarts from scratch, up to ``max_retries`` times; if it still fails the episode is kept
+  with ``infra_error`` set and is never scored. A full worker (HTTP
   406) is waited out with back-off for up to ``capacity_timeout`` seconds without using up a retry;
 * a model prompt that exceeds the model's context is the model's failure: status
   ``agent context limit``, reward 0 (AgentRL does the same);
