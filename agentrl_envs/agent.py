@@ -242,6 +242,10 @@ class AgentSession:
             raise RuntimeError("the episode has ended (or never started)")
         if isinstance(message, Message):
             message = message.model_dump(mode="json", exclude_none=True)
+        if message.get("content") == "" and not message.get("tool_calls"):
+            # An empty reply is sent as content null: content "" with no tool call is how
+            # agentrl-eval renews a session, and the controller would take it for a renewal.
+            message = {**message, "content": None}
         t.messages.append(message)
         t.turns += 1
         try:

@@ -3,6 +3,7 @@ plus ``/health`` and Prometheus ``/metrics``; thin over :class:`ControllerServic
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -95,8 +96,35 @@ def create_controller_app(service: ControllerService | None = None) -> FastRoute
         return json_response({"worker_id": w.id, "stale": w.stale})
 
     @app.post("/api/cancel_all")
-    async def cancel_all(name: str | None = None) -> Response:
-        return json_response({"cancelled": await service.cancel_all(name)})
+    async def cancel_all(name: str | None = None, force: bool = False) -> Response:
+        # As AgentRL's: without `name` while several tasks are registered, 403 unless force=true.
+        return json_response({"cancelled": await service.cancel_all(name or None, force)})
+
+    @app.post("/api/cancel_notice")
+    async def cancel_notice(
+        request: Request, session_id: str | None = Header(default=None, convert_underscores=False)
+    ) -> Response:
+        # A worker finished a cancel with notice (AgentRL's); the session is named by the header
+        # (AgentRL's controller reads only that), or else by the body's `session_id`.
+        if session_id is None:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                body = orjson.loads(await request.body() or b"null")
+                if isinstance(body, dict) and isinstance(body.get("session_id"), (int, str)):
+                    session_id = str(body["session_id"])
+        sid = _session_id(session_id)
+        return json_response({"session_id": sid, "ended": service.cancel_notice(sid)})
+
+    @app.post("/api/clean_worker")
+    async def clean_worker() -> Response:
+        return json_response(await service.clean_workers())
+
+    @app.post("/api/clean_session")
+    async def clean_session() -> Response:
+        return json_response({"cancelled": await service.expire_idle_sessions()})
+
+    @app.post("/api/sync_all")
+    async def sync_all() -> Response:
+        return json_response(await service.sync_all())
 
     @app.get("/api/version")
     async def version() -> Response:

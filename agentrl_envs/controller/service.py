@@ -21,7 +21,14 @@ Contract (AgentRL's controller, docs/protocol.md "Worker → controller: the hea
 * ended sessions are remembered (bounded) so a late interact gets "already ended", not "unknown";
   session ids are ``start time in ms × 1000 + n``, so an id from an earlier run of a restarted
   controller is told apart (:class:`SessionLostError`, HTTP 410: retry the sample) from one
-  that never existed.
+  that never existed;
+* a *renewal* (agentrl-eval's ``--controller-renew``, :func:`~agentrl_envs.worker.service.is_renewal`)
+  is not a step: it restarts the session's idle clock here and on its worker, and is answered
+  ``running`` with the renewal message itself as ``messages``;
+* AgentRL's admin and worker endpoints: ``cancel_notice`` (a worker finished a cancel with
+  notice: the session ends), ``clean_worker`` / ``clean_session`` (the sweep's two halves, now),
+  ``sync_all`` (reconcile every worker now), ``cancel_all`` refusing to cancel several tasks'
+  sessions without ``force``.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from ..errors import (
     WorkerUnreachableError,
 )
 from ..schema import HeartbeatRequest, SampleIndex, SampleStatus
+from ..worker.service import is_renewal
 from .metrics import ControllerMetrics
 from .upstream import UpstreamError, UpstreamPool
 
@@ -60,6 +68,17 @@ log = logging.getLogger(__name__)
 VERSION = "agentrl-envs-controller/0.1.0"
 # Session ids of controllers started after 2020-09-13 (1.6e12 ms) are at least this.
 _ID_FLOOR = 1_600_000_000_000 * 1000
+# Workers declared dead stay in /metrics (agentrl_worker_up 0) until they register again, this
+# long at most, and at most this many.
+DEAD_WORKER_MEMORY_S = 3600.0
+DEAD_WORKER_MEMORY_N = 1024
+
+
+class ConfirmationRequiredError(SessionError):
+    """``cancel_all`` without ``name`` while several tasks are registered, and without ``force``."""
+
+    code = "confirmation_required"
+    http_status = 403
 
 
 @dataclass
@@ -125,7 +144,10 @@ class ControllerService:
         self.interaction_timeout = interaction_timeout
         self.metrics = metrics or ControllerMetrics()
         self._step_metrics: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._ended_metrics: dict[tuple[str, str], Any] = {}
         self.workers: dict[str, Worker] = {}
+        # (task, address) of workers declared dead and not registered again -> time.monotonic()
+        self.dead_workers: OrderedDict[tuple[str, str], float] = OrderedDict()
         self.sessions: dict[int, Session] = {}
         self.ended: OrderedDict[int, tuple[str, str]] = OrderedDict()  # id -> (status, why)
         self._remember_ended = remember_ended
@@ -140,6 +162,7 @@ class ControllerService:
         self._sweeper: asyncio.Task[None] | None = None
         self._probes: set[asyncio.Task[None]] = set()  # probes and reconciliations in flight
         self.probe_timeout = min(5.0, max(0.5, heartbeat_timeout / 2))
+        self.metrics.bind(self)  # gauges of sessions, workers and connections, read at scrape time
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -173,6 +196,7 @@ class ControllerService:
                 return w
         w = Worker(uuid.uuid4().hex, req.name, req.address.rstrip("/"), req.concurrency, list(req.indices), now)
         self.workers[w.id] = w
+        self.dead_workers.pop((w.name, w.address), None)
         log.info("worker %s registered: task %r at %s (concurrency %d)", w.id, w.name, w.address, w.concurrency)
         self.metrics.workers.labels(w.name).inc()
         self._background(self._reconcile(w))
@@ -183,19 +207,50 @@ class ControllerService:
         self._probes.add(task)
         task.add_done_callback(self._probes.discard)
 
-    async def _reconcile(self, w: Worker) -> None:
-        """Cancel the sessions a newly registered worker holds that this controller does not know."""
+    async def _reconcile(self, w: Worker) -> dict[str, Any]:
+        """Bring a worker and this controller to agree on its sessions (on registration, and on
+        ``sync_all``): cancel the sessions it holds that this controller does not know, and end
+        ``task error`` the sessions this controller routes to it that it no longer holds (not
+        those with a step in flight or active since the listing was asked for: a step may have
+        just finished them)."""
+        asked = time.monotonic()
+        orphans: list[int] = []
+        ended: list[int] = []
         try:
             async with httpx.AsyncClient(timeout=self.probe_timeout) as client:
-                held = (await client.get(f"{w.address}/get_sessions")).json()
-                orphans = [int(sid) for sid in held if int(sid) not in self.sessions and int(sid) not in w.sessions]
+                r = await client.get(f"{w.address}/get_sessions")
+                r.raise_for_status()
+                held = {int(sid) for sid in r.json()}
+                orphans = [sid for sid in held if sid not in self.sessions and sid not in w.sessions]
+                for sid in list(w.sessions):
+                    s = self.sessions.get(sid)
+                    if s is None or s.worker is not w or sid in held or s.busy or max(s.created, s.last_active) >= asked:
+                        continue
+                    ended.append(sid)
+                    self._end(sid, SampleStatus.TASK_ERROR, f"worker {w.address} no longer holds this session (found by a sync)")
                 for sid in orphans:
                     await client.post(f"{w.address}/cancel", json={"session_id": sid})
         except (httpx.HTTPError, ValueError, TypeError, AttributeError) as e:
             log.warning("worker %s at %s: could not list or cancel its sessions: %r", w.id, w.address, e)
-            return
+            return {
+                "worker": w.address,
+                "task": w.name,
+                "error": f"{type(e).__name__}: {e}",
+                "cancelled": orphans,
+                "ended": ended,
+            }
         if orphans:
             log.info("worker %s at %s held %d sessions this controller does not know: cancelled", w.id, w.address, len(orphans))
+        if ended:
+            log.warning("worker %s at %s no longer holds %d of its sessions: ended task error", w.id, w.address, len(ended))
+        return {"worker": w.address, "task": w.name, "cancelled": orphans, "ended": ended}
+
+    def recently_dead(self, now: float) -> list[tuple[str, str]]:
+        """(task, address) of the workers declared dead in the last ``DEAD_WORKER_MEMORY_S`` that
+        have not registered again (older ones are forgotten here)."""
+        while self.dead_workers and now - next(iter(self.dead_workers.values())) > DEAD_WORKER_MEMORY_S:
+            self.dead_workers.popitem(last=False)
+        return list(self.dead_workers)
 
     def mark_stale(self, name: str, worker_id: str, stale: bool) -> Worker:
         w = self.workers.get(worker_id)
@@ -224,6 +279,11 @@ class ControllerService:
         w.dead = True
         log.warning("worker %s (%r at %s) is gone: %s", w.id, w.name, w.address, why)
         self.metrics.workers.labels(w.name).dec()
+        self.metrics.workers_dead.labels(w.name).inc()
+        self.dead_workers[(w.name, w.address)] = time.monotonic()
+        self.dead_workers.move_to_end((w.name, w.address))
+        while len(self.dead_workers) > DEAD_WORKER_MEMORY_N:
+            self.dead_workers.popitem(last=False)
         for sid in list(w.sessions):
             self._end(sid, SampleStatus.TASK_ERROR, f"worker {w.address} serving this session died: {why}")
         self.workers.pop(w.id, None)
@@ -232,12 +292,20 @@ class ControllerService:
 
     # ------------------------------------------------------------------ sessions
 
-    def _end(self, sid: int, status: SampleStatus | str, why: str = "") -> None:
+    def _end(self, sid: int, status: SampleStatus | str, why: str = "", name: str | None = None) -> None:
         s = self.sessions.pop(sid, None)
+        value = SampleStatus(status).value
         if s is not None:
             s.worker.sessions.discard(sid)
             self.metrics.active.labels(s.name).dec()
-        self.ended[sid] = (SampleStatus(status).value, why)
+            name = s.name
+        if name is not None and (s is not None or sid not in self.ended):
+            key = (name, value)
+            counter = self._ended_metrics.get(key)
+            if counter is None:
+                counter = self._ended_metrics[key] = self.metrics.ended.labels(*key)
+            counter.inc()
+        self.ended[sid] = (value, why)
         while len(self.ended) > self._remember_ended:
             self.ended.popitem(last=False)
 
@@ -310,7 +378,7 @@ class ControllerService:
             out = self._client_view(body, tools=True)
             if out["finish"]:
                 w.sessions.discard(sid)
-                self._end(sid, out["status"])
+                self._end(sid, out["status"], name=name)
             else:
                 self.sessions[sid] = Session(sid, name, index, w)
                 self.metrics.active.labels(name).inc()
@@ -336,6 +404,8 @@ class ControllerService:
         return out
 
     async def interact(self, sid: int, messages: list[Any]) -> dict[str, Any]:
+        if is_renewal(messages):
+            return await self._renew(sid, messages)
         s = self._session(sid)
         if s.busy:
             raise SessionBusyError(f"session {sid} is still executing the previous step; send one step at a time")
@@ -374,12 +444,48 @@ class ControllerService:
             self._end(sid, out["status"])
         return out
 
+    async def _renew(self, sid: int, messages: list[Any]) -> dict[str, Any]:
+        """A renewal: restart the session's idle clock here and on its worker (forwarded as an
+        interact, which the worker treats as a renewal too); no step, no turn. While a step is in
+        flight nothing is forwarded (the worker does not expire a session with a step running).
+        Not counted in ``agentrl_interacts_total``; ``agentrl_renewals_total`` counts it."""
+        s = self._session(sid)
+        s.last_active = time.monotonic()
+        self.metrics.renewals.labels(s.name).inc()
+        out: dict[str, Any] = {"finish": False, "reward": 0, "status": SampleStatus.RUNNING.value, "messages": [], "metrics": {}}
+        if not s.busy:
+            try:
+                status, body = await self._post(
+                    s.worker, "interact", {"session_id": sid, "messages": messages}, self.interaction_timeout
+                )
+            except WorkerUnreachableError as e:
+                await self._worker_died(s.worker, str(e))
+                return self._failed(sid, f"worker {s.worker.address} serving this session died: {e}")
+            s.last_active = time.monotonic()
+            if status >= 400:
+                detail = body.get("detail") if isinstance(body, dict) else str(body)
+                code = body.get("error") if isinstance(body, dict) else None
+                if code not in ("session_busy", "invalid_request") and status != 422:
+                    # The worker lost the session (restart, expiry): the episode cannot go on.
+                    return self._failed(sid, f"worker {s.worker.address} rejected the renewal ({status}): {detail}")
+            else:
+                out = self._client_view(body.get("env_out", {}) if isinstance(body, dict) else {})
+                if out["finish"]:  # a worker whose task took the renewal for a step, and ended
+                    self._end(sid, out["status"])
+                    return out
+        if sid not in self.sessions:  # ended meanwhile (cancelled, its worker declared dead)
+            return self._failed(sid, "ended during the renewal")
+        # The renewal message itself, as `messages`: nothing new from the task, and agentrl-eval's
+        # client rejects a running answer with no messages.
+        out["messages"] = list(messages)
+        return out
+
     def _failed(self, sid: int, why: str) -> dict[str, Any]:
         if sid not in self.sessions and sid in self.ended:  # already ended (its worker was declared dead)
             status, why = self.ended[sid]
             return {"finish": True, "reward": 0, "status": status, "messages": [], "metrics": {"error": why}}
         name = self.sessions[sid].name if sid in self.sessions else "?"
-        self._end(sid, SampleStatus.TASK_ERROR, why)
+        self._end(sid, SampleStatus.TASK_ERROR, why, name=name)
         self.metrics.interacts.labels(name, SampleStatus.TASK_ERROR.value).inc()
         return {"finish": True, "reward": 0, "status": SampleStatus.TASK_ERROR.value, "messages": [], "metrics": {"error": why}}
 
@@ -389,10 +495,74 @@ class ControllerService:
         with contextlib.suppress(WorkerUnreachableError):
             await self._post(s.worker, "cancel", {"session_id": sid}, 30.0)
 
-    async def cancel_all(self, name: str | None) -> int:
+    def tasks(self) -> list[str]:
+        """The tasks registered: those of registered workers and of open sessions."""
+        return sorted({w.name for w in self.workers.values()} | {s.name for s in self.sessions.values()})
+
+    async def cancel_all(self, name: str | None, force: bool = False) -> int:
+        """Cancel the open sessions of task ``name``, or of every task. As AgentRL's controller:
+        without ``name`` while several tasks are registered, only with ``force``."""
+        if name is None and not force:
+            tasks = self.tasks()
+            if len(tasks) > 1:
+                raise ConfirmationRequiredError(
+                    "multiple tasks are running! confirmation required. "
+                    f"(tasks: {', '.join(tasks)}; pass name=TASK, or force=true to cancel every task's sessions)",
+                    tasks=tasks,
+                )
         ids = [sid for sid, s in self.sessions.items() if name is None or s.name == name]
         await asyncio.gather(*(self.cancel(sid) for sid in ids), return_exceptions=True)
         return len(ids)
+
+    def cancel_notice(self, sid: int) -> bool:
+        """A worker finished cancelling session ``sid`` (AgentRL's cancel with notice): end it here
+        and free its slot. An unknown or already ended session is only logged. True if it ended."""
+        s = self.sessions.get(sid)
+        if s is None:
+            log.info("cancel notice for session %d, which is not open here: ignored", sid)
+            return False
+        log.info("session %d: worker %s reports it cancelled", sid, s.worker.address)
+        self._end(sid, SampleStatus.CANCELLED, f"worker {s.worker.address} reported it cancelled (cancel notice)")
+        return True
+
+    async def sync_all(self) -> dict[str, Any]:
+        """Reconcile every registered worker now (as on registration): cancel the sessions each
+        holds that this controller does not know; end ``task error`` those it no longer holds."""
+        results = await asyncio.gather(*(self._reconcile(w) for w in list(self.workers.values()) if not w.dead))
+        return {
+            "workers": len(results),
+            "failed": [{"worker": r["worker"], "task": r["task"], "error": r["error"]} for r in results if "error" in r],
+            "cancelled_on_workers": sum(len(r["cancelled"]) for r in results),
+            "ended": sorted(sid for r in results for sid in r["ended"]),
+        }
+
+    async def clean_workers(self) -> dict[str, Any]:
+        """The sweep's worker half, now: probe each worker silent for more than ``dead_after``
+        (no heartbeat, answer or probe answer); drop those that do not answer."""
+        targets = self._silent_workers(time.monotonic())
+        await asyncio.gather(*(self._probe(w, silent) for w, silent in targets))
+        return {
+            "probed": len(targets),
+            "dropped": [{"worker": w.address, "task": w.name} for w, _ in targets if w.dead],
+            "kept": [{"worker": w.address, "task": w.name} for w, _ in targets if not w.dead],
+        }
+
+    async def expire_idle_sessions(self) -> list[int]:
+        """The sweep's session half, now: cancel the sessions idle (no step in flight) for more
+        than ``idle_timeout``; their ids."""
+        now = time.monotonic()
+        idle = [
+            (sid, now - s.last_active)
+            for sid, s in self.sessions.items()
+            if not s.busy and now - s.last_active > self.idle_timeout
+        ]
+        for sid, for_s in idle:
+            log.info("session %d idle for %.0f s: cancelled", sid, for_s)
+        results = await asyncio.gather(
+            *(self.cancel(sid, f"idle for {for_s:.0f} s (idle timeout {self.idle_timeout:.0f} s)") for sid, for_s in idle),
+            return_exceptions=True,
+        )
+        return [sid for (sid, _), r in zip(idle, results, strict=True) if not isinstance(r, BaseException)]
 
     def list_workers(self) -> dict[str, list[dict[str, Any]]]:
         now = time.monotonic()
@@ -439,18 +609,21 @@ class ControllerService:
         finally:
             w.probing = False
 
+    def _silent_workers(self, now: float) -> list[tuple[Worker, float]]:
+        """Workers silent past ``dead_after`` and not being probed, marked as being probed now."""
+        out = []
+        for w in list(self.workers.values()):
+            silent = now - max(w.last_sign(), w.last_probe)
+            if silent > self.dead_after and not w.probing and not w.dead:
+                w.probing = True
+                out.append((w, silent))
+        return out
+
     async def _sweep_loop(self) -> None:
         period = max(0.05, min(1.0, self.heartbeat_timeout / 4))
         while True:
             await asyncio.sleep(period)
-            now = time.monotonic()
-            for w in list(self.workers.values()):
-                silent = now - max(w.last_sign(), w.last_probe)
-                if silent > self.dead_after and not w.probing and not w.dead:
-                    w.probing = True
-                    self._background(self._probe(w, silent))
-            for sid, s in list(self.sessions.items()):
-                if not s.busy and now - s.last_active > self.idle_timeout:
-                    log.info("session %d idle for %.0f s: cancelled", sid, now - s.last_active)
-                    with contextlib.suppress(Exception):
-                        await self.cancel(sid, f"idle for {now - s.last_active:.0f} s (idle timeout {self.idle_timeout:.0f} s)")
+            for w, silent in self._silent_workers(time.monotonic()):
+                self._background(self._probe(w, silent))
+            with contextlib.suppress(Exception):
+                await self.expire_idle_sessions()

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 
 from ..httpapi import FastRoutes, WithHeaders, json_response, parse_body, service_app
 from ..schema import EnvOutput, WorkerCancelRequest, WorkerInteractRequest, WorkerStartSampleRequest
-from .service import WorkerService
+from .service import WorkerService, is_renewal
 
 
 def _env_out(out: EnvOutput, tools: bool) -> dict[str, Any]:
@@ -41,8 +41,14 @@ def create_worker_app(service: WorkerService) -> FastRoutes:
 
     async def fast_interact(_: dict[bytes, bytes], body: bytes) -> dict[str, Any]:
         req = parse_body(WorkerInteractRequest, body)
-        out = await service.interact(req.session_id, req.messages or [])
-        return {"session_id": req.session_id, "env_out": _env_out(out, tools=False)}
+        messages = req.messages or []
+        out = await service.interact(req.session_id, messages)
+        env_out = _env_out(out, tools=False)
+        if not out.messages and is_renewal(messages):
+            # A renewal is answered with the renewal message itself (nothing new from the task):
+            # agentrl-eval's client rejects a running answer whose `messages` are empty.
+            env_out["messages"] = messages
+        return {"session_id": req.session_id, "env_out": env_out}
 
     @app.post("/api/interact")
     async def interact(request: Request) -> Response:
@@ -55,9 +61,20 @@ def create_worker_app(service: WorkerService) -> FastRoutes:
         await service.cancel(req.session_id)
         return json_response({"session_id": req.session_id})
 
+    @app.post("/api/cancel_with_notice")
+    async def cancel_with_notice(request: Request) -> Response:
+        # AgentRL's: answers at once; the controller gets POST cancel_notice once it is closed.
+        req = parse_body(WorkerCancelRequest, await request.body())
+        service.cancel_with_notice(req.session_id)
+        return json_response({"session_id": req.session_id})
+
     @app.post("/api/cancel_all")
     async def cancel_all() -> Response:
         return json_response({"cancelled": await service.cancel_all()})
+
+    @app.post("/api/cancel_all_with_notice")
+    async def cancel_all_with_notice() -> Response:
+        return json_response({"cancelled": service.cancel_all_with_notice()})
 
     @app.get("/api/get_sessions")
     async def get_sessions() -> Response:

@@ -6,7 +6,12 @@ Contract (AgentRL's worker protocol, docs/protocol.md "Controller → worker"):
 * one step at a time per session; a second concurrent one → :class:`SessionBusyError`;
 * a step that outlives ``interaction_timeout`` ends the session with ``task error``;
 * a session idle for ``idle_timeout`` seconds is cancelled (its resources released);
-* a finished session is released at once; asking for it again → :class:`UnknownSessionError`.
+* a finished session is released at once; asking for it again → :class:`UnknownSessionError`;
+* a *renewal* (agentrl-eval's ``--controller-renew``: one assistant message whose content is
+  exactly ``""``, no tool calls, no other field; see :func:`is_renewal`) only refreshes the
+  session's idle clock: no turn, the episode untouched, no new messages, even while a step runs;
+* ``cancel_with_notice`` (AgentRL's): the session is dropped at once and closed in the
+  background, then the controller is told with ``POST {controller}/cancel_notice``.
 """
 
 from __future__ import annotations
@@ -24,11 +29,34 @@ import httpx
 from ..client import api_url
 from ..episode import Episode, TaskRuntime
 from ..errors import CapacityError, SessionBusyError, SessionError, UnknownSessionError
-from ..schema import EnvOutput, SampleIndex
+from ..schema import EnvOutput, SampleIndex, SampleStatus
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 8.0
+NOTICE_TIMEOUT_S = 10.0
+
+_RENEWAL_KEYS = frozenset(("role", "content", "tool_calls"))
+
+
+def is_renewal(messages: list[Any]) -> bool:
+    """Whether an interact's ``messages`` are a session renewal, not a step: exactly one message,
+    a dict with ``role`` ``assistant``, ``content`` exactly ``""`` (an empty string: ``null`` or
+    a missing content is an ordinary empty reply) and no tool calls (``tool_calls`` absent, null
+    or ``[]``), and no other field (an empty reply that carries ``reasoning_content`` is a step).
+    agentrl-eval's ``ControllerClient.renew`` sends ``{"role": "assistant", "content": ""}`` every
+    180 s while the model thinks, to keep the session from idling out. Cheap on the hot path: a
+    real step fails the first or second test."""
+    if len(messages) != 1:
+        return False
+    m = messages[0]
+    return (
+        type(m) is dict
+        and m.get("content") == ""
+        and m.get("role") == "assistant"
+        and not m.get("tool_calls")
+        and m.keys() <= _RENEWAL_KEYS
+    )
 
 
 if hasattr(asyncio, "timeout"):  # Python >= 3.11: a timer on the running task, no task per step
@@ -76,6 +104,8 @@ class WorkerService:
         self._background: list[asyncio.Task[None]] = []
         self._heartbeat_stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
+        self._noticing: set[asyncio.Task[None]] = set()  # cancels with notice in progress
+        self._notice_http: httpx.AsyncClient | None = None
 
     @property
     def name(self) -> str:
@@ -101,6 +131,13 @@ class WorkerService:
         for t in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+        if self._noticing:  # let cancels with notice finish and tell the controller, briefly
+            _, pending = await asyncio.wait(set(self._noticing), timeout=NOTICE_TIMEOUT_S)
+            for t in pending:
+                t.cancel()
+        if self._notice_http is not None:
+            await self._notice_http.aclose()
+            self._notice_http = None
         await self.cancel_all()
         await self.runtime.close()
 
@@ -133,6 +170,8 @@ class WorkerService:
         session = self.sessions.get(session_id)
         if session is None:
             raise UnknownSessionError(f"no session {session_id} on this worker (never started, finished, cancelled or expired)")
+        if is_renewal(messages):
+            return self._renew(session)
         if session.lock.locked():
             raise SessionBusyError(f"session {session_id} is still executing the previous step; send one step at a time")
         async with session.lock:
@@ -144,6 +183,16 @@ class WorkerService:
             session.last_active = time.monotonic()
         if out.finish:
             self.sessions.pop(session_id, None)
+        return out
+
+    @staticmethod
+    def _renew(session: _Session) -> EnvOutput:
+        """A renewal: the idle clock restarts; no turn, no new messages, the episode untouched
+        (a step in flight goes on: a renewal takes no lock)."""
+        session.last_active = time.monotonic()
+        out = session.episode.output([])
+        if out.finish:  # a step in flight just ended it: that step reports the end
+            out = out.model_copy(update={"status": SampleStatus.RUNNING, "finish": False})
         return out
 
     async def cancel(self, session_id: int) -> None:
@@ -158,6 +207,43 @@ class WorkerService:
             with contextlib.suppress(UnknownSessionError):
                 await self.cancel(sid)
         return len(ids)
+
+    def cancel_with_notice(self, session_id: int) -> None:
+        """AgentRL's ``cancel_with_notice``: drop the session now (its slot is free, it is no longer
+        listed), close it in the background, then ``POST {controller}/cancel_notice`` with header
+        ``session_id`` and body ``{"session_id": N}``. Unknown session → :class:`UnknownSessionError`
+        (an AgentRL controller then falls back to plain ``cancel``)."""
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            raise UnknownSessionError(f"no session {session_id} on this worker")
+        task = asyncio.get_running_loop().create_task(self._close_and_notify(session))
+        self._noticing.add(task)
+        task.add_done_callback(self._noticing.discard)
+
+    def cancel_all_with_notice(self) -> int:
+        ids = list(self.sessions)
+        for sid in ids:
+            with contextlib.suppress(UnknownSessionError):
+                self.cancel_with_notice(sid)
+        return len(ids)
+
+    async def _close_and_notify(self, session: _Session) -> None:
+        try:
+            await session.episode.close()
+        except Exception:  # Episode.close logs a failed teardown itself; the notice still goes out
+            log.exception("closing session %d failed", session.id)
+        if not self.controller_url:
+            log.info("session %d cancelled; no controller to notify (worker started without --controller)", session.id)
+            return
+        if self._notice_http is None:
+            self._notice_http = httpx.AsyncClient(timeout=NOTICE_TIMEOUT_S)
+        url = f"{self.controller_url}/cancel_notice"
+        try:
+            r = await self._notice_http.post(url, headers={"session_id": str(session.id)}, json={"session_id": session.id})
+            if r.status_code >= 400:
+                log.warning("cancel notice for session %d: %s answered %d: %s", session.id, url, r.status_code, r.text[:200])
+        except httpx.HTTPError as e:
+            log.warning("cancel notice for session %d to %s failed: %r", session.id, url, e)
 
     def get_sessions(self) -> dict[int, SampleIndex]:
         return {sid: s.index for sid, s in self.sessions.items()}
