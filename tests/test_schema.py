@@ -47,3 +47,40 @@ def test_one_error_tree_with_one_class_per_code():
             codes[c.code] = c.__name__
     undeclared = [c.__name__ for c in classes if "code" not in vars(c)]
     assert not undeclared, f"classes without a code of their own: {undeclared}"
+
+
+def test_the_hand_built_wire_bodies_equal_the_models_dumps():
+    """The hot path builds its bodies by hand for speed; they must be exactly the typed models'."""
+    from agentrl_envs.schema import (
+        EnvOutput,
+        InteractResponse,
+        SampleStatus,
+        StartSampleResponse,
+        WorkerInteractResponse,
+        client_view,
+    )
+
+    outs = [
+        EnvOutput(messages=[{"role": "tool", "tool_call_id": "c1", "content": "5"}], metric={"turns": 1}),
+        EnvOutput(
+            messages=[{"role": "user", "content": "q"}],
+            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            status=SampleStatus.COMPLETED,
+            finish=True,
+            reward=1.0,
+        ),
+        EnvOutput(),
+    ]
+    for out in outs:
+        step = out.wire(tools=False)
+        assert step == out.model_dump(mode="json", exclude={"tools"})
+        wrapped = {"session_id": 7, "env_out": step}
+        assert WorkerInteractResponse.model_validate(wrapped).model_dump(mode="json", exclude={"env_out": {"tools"}}) == wrapped
+        start = out.wire(tools=True)
+        assert start == {**out.model_dump(mode="json"), "tools": out.tools or []}
+        # The controller's view of each, against the client models.
+        view = client_view(step)
+        assert InteractResponse.model_validate(view).model_dump(mode="json") == view
+        view = client_view(start, tools=True)
+        assert StartSampleResponse.model_validate(view).model_dump(mode="json") == view
+    assert client_view({}) == InteractResponse(finish=False, reward=0, status=SampleStatus.RUNNING).model_dump(mode="json")

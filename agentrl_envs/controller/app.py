@@ -15,7 +15,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import InvalidRequestError, SessionError
 from ..httpapi import FastRoutes, WithHeaders, json_response, parse_body, service_app
-from ..schema import HeartbeatRequest, MarkStaleRequest, StartSampleRequest
+from ..schema import (
+    HeartbeatRequest,
+    InteractRequest,
+    InteractResponse,
+    MarkStaleRequest,
+    StartSampleRequest,
+    StartSampleResponse,
+)
 from .service import VERSION, ControllerService
 
 log = logging.getLogger(__name__)
@@ -59,16 +66,19 @@ def create_controller_app(service: ControllerService | None = None) -> FastRoute
         latency.labels("start_sample", req.name).observe(time.perf_counter() - t0)
         return WithHeaders(out, {"session_id": str(sid)})
 
-    @app.post("/api/start_sample")
+    @app.post("/api/start_sample", response_model=StartSampleResponse)
     async def start_sample(request: Request) -> Response:
         # Served by the FastRoutes front below; this route documents it in the OpenAPI schema.
         r = await fast_start_sample({}, await request.body())
         return json_response(r.body, headers=r.headers)
 
-    @app.post("/api/interact")
-    async def interact(request: Request, session_id: str | None = Header(default=None, convert_underscores=False)) -> Response:
+    @app.post("/api/interact", response_model=InteractResponse)
+    async def interact(
+        body: InteractRequest, session_id: str | None = Header(default=None, convert_underscores=False)
+    ) -> Response:
         # Served by the FastRoutes front below; this route documents it in the OpenAPI schema.
-        return json_response(await _interact(service, session_id, await request.body()))
+        raw = orjson.dumps({"messages": [m.model_dump(mode="json", exclude_unset=True) for m in body.messages]})
+        return json_response(await _interact(service, session_id, raw))
 
     @app.post("/api/cancel")
     async def cancel(session_id: str | None = Header(default=None, convert_underscores=False)) -> Response:

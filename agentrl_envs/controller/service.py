@@ -58,7 +58,7 @@ from ..errors import (
     UnknownSessionError,
     WorkerUnreachableError,
 )
-from ..schema import HeartbeatRequest, SampleIndex, SampleStatus
+from ..schema import HeartbeatRequest, SampleIndex, SampleStatus, client_view
 from ..worker.service import is_renewal
 from .metrics import ControllerMetrics
 from .upstream import UpstreamError, UpstreamPool
@@ -375,7 +375,7 @@ class ControllerService:
                     raise UnknownSampleError(f"task {name!r}: {detail}")
                 raise SessionError(f"worker refused to start task {name!r} sample {index!r}: {detail}", status_code=status)
             self.metrics.started.labels(name).inc()
-            out = self._client_view(body, tools=True)
+            out = client_view(body, tools=True)
             if out["finish"]:
                 w.sessions.discard(sid)
                 self._end(sid, out["status"], name=name)
@@ -389,19 +389,6 @@ class ControllerService:
 
     def _capacity(self, name: str) -> int:
         return sum(w.concurrency for w in self._workers_of(name))
-
-    @staticmethod
-    def _client_view(env_out: dict[str, Any], tools: bool = False) -> dict[str, Any]:
-        out = {
-            "finish": bool(env_out.get("finish", False)),
-            "reward": env_out.get("reward", 0) or 0,
-            "status": env_out.get("status", SampleStatus.RUNNING.value),
-            "messages": env_out.get("messages") or [],
-            "metrics": env_out.get("metric") or env_out.get("metrics") or {},
-        }
-        if tools:
-            out["tools"] = env_out.get("tools") or []
-        return out
 
     async def interact(self, sid: int, messages: list[Any]) -> dict[str, Any]:
         if is_renewal(messages):
@@ -430,7 +417,7 @@ class ControllerService:
                 raise InvalidRequestError(f"session {sid}: {detail}")
             # The worker lost the session (restart, expiry): the episode cannot go on.
             return self._failed(sid, f"worker {s.worker.address} rejected the step ({status}): {detail}")
-        out = self._client_view(body.get("env_out", {}) if isinstance(body, dict) else {})
+        out = client_view(body.get("env_out", {}) if isinstance(body, dict) else {})
         key = (s.name, out["status"])
         counters = self._step_metrics.get(key)
         if counters is None:  # label lookups cost ~2.5 µs each: once per task and status
@@ -469,7 +456,7 @@ class ControllerService:
                     # The worker lost the session (restart, expiry): the episode cannot go on.
                     return self._failed(sid, f"worker {s.worker.address} rejected the renewal ({status}): {detail}")
             else:
-                out = self._client_view(body.get("env_out", {}) if isinstance(body, dict) else {})
+                out = client_view(body.get("env_out", {}) if isinstance(body, dict) else {})
                 if out["finish"]:  # a worker whose task took the renewal for a step, and ended
                     self._end(sid, out["status"])
                     return out

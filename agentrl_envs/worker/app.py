@@ -8,21 +8,15 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from ..httpapi import FastRoutes, WithHeaders, json_response, parse_body, service_app
-from ..schema import EnvOutput, WorkerCancelRequest, WorkerInteractRequest, WorkerStartSampleRequest
+from ..schema import (
+    EnvOutput,
+    WorkerCancelRequest,
+    WorkerInteractRequest,
+    WorkerInteractResponse,
+    WorkerStartSampleRequest,
+    WorkerStatus,
+)
 from .service import WorkerService, is_renewal
-
-
-def _env_out(out: EnvOutput, tools: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "messages": out.messages,
-        "status": out.status.value,
-        "finish": out.finish,
-        "reward": out.reward,
-        "metric": out.metric,
-    }
-    if tools:
-        body["tools"] = out.tools or []
-    return body
 
 
 def create_worker_app(service: WorkerService) -> FastRoutes:
@@ -31,9 +25,9 @@ def create_worker_app(service: WorkerService) -> FastRoutes:
     async def fast_start_sample(_: dict[bytes, bytes], body: bytes) -> WithHeaders:
         req = parse_body(WorkerStartSampleRequest, body)
         out = await service.start_sample(req.session_id, req.index, req.custom_task)
-        return WithHeaders(_env_out(out, tools=True), {"session_id": str(req.session_id)})
+        return WithHeaders(out.wire(tools=True), {"session_id": str(req.session_id)})
 
-    @app.post("/api/start_sample")
+    @app.post("/api/start_sample", response_model=EnvOutput)
     async def start_sample(request: Request) -> Response:
         # Served by the FastRoutes front below; this route documents it in the OpenAPI schema.
         r = await fast_start_sample({}, await request.body())
@@ -43,14 +37,14 @@ def create_worker_app(service: WorkerService) -> FastRoutes:
         req = parse_body(WorkerInteractRequest, body)
         messages = req.messages or []
         out = await service.interact(req.session_id, messages)
-        env_out = _env_out(out, tools=False)
+        env_out = out.wire(tools=False)
         if not out.messages and is_renewal(messages):
             # A renewal is answered with the renewal message itself (nothing new from the task):
             # agentrl-eval's client rejects a running answer whose `messages` are empty.
             env_out["messages"] = messages
         return {"session_id": req.session_id, "env_out": env_out}
 
-    @app.post("/api/interact")
+    @app.post("/api/interact", response_model=WorkerInteractResponse)
     async def interact(request: Request) -> Response:
         # Served by the FastRoutes front below; this route documents it in the OpenAPI schema.
         return json_response(await fast_interact({}, await request.body()))
@@ -84,7 +78,7 @@ def create_worker_app(service: WorkerService) -> FastRoutes:
     async def get_indices() -> Response:
         return json_response(service.runtime.indices)
 
-    @app.get("/api/worker_status")
+    @app.get("/api/worker_status", response_model=WorkerStatus)
     async def worker_status() -> Response:
         return json_response(service.status())
 
