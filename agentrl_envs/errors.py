@@ -26,6 +26,7 @@ AgentRLEnvsError
     ├── UnknownSessionError    no such session (it never existed, expired or ended)
     ├── SessionBusyError       an interact is already in flight for the session
     ├── SessionFinishedError   the episode has already ended
+    ├── ConfirmationRequiredError  cancel_all of every task without force=true (HTTP 403)
     └── BadModelRequestError   the model server cannot serve the request as asked (HTTP 400, chat.errors)
         └── ContextLengthError the prompt does not fit the model's context
 
@@ -157,6 +158,13 @@ class UnknownSessionError(SessionError):
 class SessionBusyError(SessionError):
     code = "session_busy"
     http_status = 409
+
+
+class ConfirmationRequiredError(SessionError):
+    """``cancel_all`` without ``name`` while several tasks are registered, and without ``force``."""
+
+    code = "confirmation_required"
+    http_status = 403
 
 
 class SessionFinishedError(SessionError):

@@ -47,6 +47,7 @@ import httpx
 import orjson
 
 from ..errors import (
+    ConfirmationRequiredError,
     CapacityError,
     InvalidRequestError,
     NoWorkerError,
@@ -72,13 +73,6 @@ _ID_FLOOR = 1_600_000_000_000 * 1000
 # long at most, and at most this many.
 DEAD_WORKER_MEMORY_S = 3600.0
 DEAD_WORKER_MEMORY_N = 1024
-
-
-class ConfirmationRequiredError(SessionError):
-    """``cancel_all`` without ``name`` while several tasks are registered, and without ``force``."""
-
-    code = "confirmation_required"
-    http_status = 403
 
 
 @dataclass
