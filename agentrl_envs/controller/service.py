@@ -22,7 +22,7 @@ Contract (AgentRL's controller, docs/protocol.md "Worker → controller: the hea
   session ids are ``start time in ms × 1000 + n``, so an id from an earlier run of a restarted
   controller is told apart (:class:`SessionLostError`, HTTP 410: retry the sample) from one
   that never existed;
-* a *renewal* (agentrl-eval's ``--controller-renew``, :func:`~agentrl_envs.worker.service.is_renewal`)
+* a *renewal* (agentrl-eval's ``--controller-renew``, :func:`~agentrl_envs.schema.is_renewal`)
   is not a step: it restarts the session's idle clock here and on its worker, and is answered
   ``running`` with the renewal message itself as ``messages``;
 * AgentRL's admin and worker endpoints: ``cancel_notice`` (a worker finished a cancel with
@@ -47,8 +47,8 @@ import httpx
 import orjson
 
 from ..errors import (
-    ConfirmationRequiredError,
     CapacityError,
+    ConfirmationRequiredError,
     InvalidRequestError,
     NoWorkerError,
     SessionBusyError,
@@ -59,8 +59,7 @@ from ..errors import (
     UnknownSessionError,
     WorkerUnreachableError,
 )
-from ..schema import HeartbeatRequest, SampleIndex, SampleStatus, client_view
-from ..worker.service import is_renewal
+from ..schema import HeartbeatRequest, SampleIndex, SampleStatus, client_view, is_renewal
 from .metrics import ControllerMetrics
 from .upstream import UpstreamError, UpstreamPool
 

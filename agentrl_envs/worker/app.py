@@ -15,8 +15,9 @@ from ..schema import (
     WorkerInteractResponse,
     WorkerStartSampleRequest,
     WorkerStatus,
+    is_renewal,
 )
-from .service import WorkerService, is_renewal
+from .service import WorkerService
 
 
 def create_worker_app(service: WorkerService) -> FastRoutes:

@@ -29,34 +29,12 @@ import httpx
 from ..client import api_url
 from ..episode import Episode, TaskRuntime
 from ..errors import CapacityError, SessionBusyError, SessionError, UnknownSessionError
-from ..schema import EnvOutput, SampleIndex, SampleStatus
+from ..schema import EnvOutput, SampleIndex, SampleStatus, is_renewal
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 8.0
 NOTICE_TIMEOUT_S = 10.0
-
-_RENEWAL_KEYS = frozenset(("role", "content", "tool_calls"))
-
-
-def is_renewal(messages: list[Any]) -> bool:
-    """Whether an interact's ``messages`` are a session renewal, not a step: exactly one message,
-    a dict with ``role`` ``assistant``, ``content`` exactly ``""`` (an empty string: ``null`` or
-    a missing content is an ordinary empty reply) and no tool calls (``tool_calls`` absent, null
-    or ``[]``), and no other field (an empty reply that carries ``reasoning_content`` is a step).
-    agentrl-eval's ``ControllerClient.renew`` sends ``{"role": "assistant", "content": ""}`` every
-    180 s while the model thinks, to keep the session from idling out. Cheap on the hot path: a
-    real step fails the first or second test."""
-    if len(messages) != 1:
-        return False
-    m = messages[0]
-    return (
-        type(m) is dict
-        and m.get("content") == ""
-        and m.get("role") == "assistant"
-        and not m.get("tool_calls")
-        and m.keys() <= _RENEWAL_KEYS
-    )
 
 
 if hasattr(asyncio, "timeout"):  # Python >= 3.11: a timer on the running task, no task per step
