@@ -76,6 +76,32 @@ def _controller_drops(stack: FaultStack, held: set[int]) -> float:
     )
 
 
+def _wait_or_diagnose(stack: FaultStack, load: Load, held: set[int]) -> list[dict[str, Any]]:
+    """Wait until the client saw every session of ``held`` end. Any still open after 30 s is
+    diagnosed (what the client sent and when, what the controller says of it), then waited for
+    up to the guard: a step the controller never answers ends ``hung`` at the request timeout."""
+    try:
+        wait_until(lambda: all(r.outcome for r in load.records if r.sid in held), 30, "its sessions end")
+        return []
+    except AssertionError:
+        pass
+    now = time.monotonic()
+    controller = {x["session_id"]: x for x in stack.list_sessions()}
+    stuck = [
+        {
+            "sid": r.sid,
+            "steps": r.steps,
+            "step_in_flight_for_s": round(now - r.inflight_since, 3) if r.inflight_since else None,
+            "controller_view": controller.get(r.sid, "not listed (ended)"),
+        }
+        for r in load.records
+        if r.sid in held and r.outcome is None
+    ]
+    print(f"    stuck after 30 s: {stuck}", flush=True)
+    wait_until(lambda: all(r.outcome for r in load.records if r.sid in held), GUARD_S + 30, "its sessions end")
+    return stuck
+
+
 def _round_worker_kill(stack: FaultStack, load: Load, victim: Worker, sessions: int) -> dict[str, Any]:
     held = stack.sessions_by_worker()[victim.index]
     t0 = time.monotonic()
@@ -132,13 +158,13 @@ def _round_silence(stack: FaultStack, load: Load, victim: Worker, cut: Any, rest
     restored = False
     try:
         cut()
-        # Halfway to dead_after, a step still waiting on one of its sessions is stuck there.
+        # Halfway to dead_after, the steps the controller still waits for on its sessions are stuck.
         time.sleep(stack.dead_after / 2)
-        in_flight = {r.sid for r in load.records if r.inflight_since is not None and r.sid in held}
+        in_flight = stack.busy_sessions() & held
         wait_until(lambda: not stack.registered(victim), GUARD_S, "the silent worker is declared dead", 0.05)
         dead = time.monotonic() - t0
         ended_at_controller = time.monotonic() - t0 + _controller_drops(stack, held)
-        wait_until(lambda: all(r.outcome for r in load.records if r.sid in held), GUARD_S, "its sessions end")
+        diagnosis = _wait_or_diagnose(stack, load, held)
         load.wait_completed(after=t0, n=sessions // 2, timeout=GUARD_S)
         t1 = time.monotonic()
         restore()
@@ -161,6 +187,7 @@ def _round_silence(stack: FaultStack, load: Load, victim: Worker, cut: Any, rest
         "declared_dead_s": round(dead, 3),
         "controller_ended_them_s": round(ended_at_controller, 3),
         "client_saw_end_s": _spread([r.ended - t0 for r in ended]),
+        "stuck_after_30_s": diagnosis,
         "restore_to_live_s": round(live, 3),
         "restore_to_first_session_s": round(got, 3),
     }
@@ -245,6 +272,25 @@ def run_fault(fault: str, a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _code_version() -> dict[str, Any]:
+    """Which agentrl_envs ran: its path, and the repository commit (and whether it was modified)."""
+    import subprocess
+
+    import agentrl_envs
+
+    pkg = Path(agentrl_envs.__file__).resolve().parent
+    out: dict[str, Any] = {"agentrl_envs": str(pkg)}
+    try:
+        git = ["git", "-C", str(ROOT)]
+        out["repo_head"] = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        if pkg.is_relative_to(ROOT):
+            dirty = subprocess.run([*git, "status", "--porcelain", "--", "agentrl_envs"], capture_output=True, text=True)
+            out["agentrl_envs_modified"] = bool(dirty.stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sessions", type=int, default=200, help="concurrent session loops")
@@ -277,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": a.seed,
         },
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "code": _code_version(),
         "seconds": round(time.monotonic() - started, 1),
         "faults": results,
     }

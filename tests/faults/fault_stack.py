@@ -248,6 +248,10 @@ class FaultStack:
             out.setdefault(by_address.get(ids.get(s["worker_id"], ""), -1), set()).add(s["session_id"])
         return out
 
+    def busy_sessions(self) -> set[int]:
+        """Sessions with a step in flight at the controller (it is waiting for their worker)."""
+        return {s["session_id"] for s in self.list_sessions() if s["busy"]}
+
     def worker_current(self, w: Worker) -> int:
         """Sessions the worker process holds (asked directly, not through a proxy)."""
         return self.http.get(f"{w.direct_url}/api/worker_status").json()["current"]

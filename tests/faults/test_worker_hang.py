@@ -30,11 +30,11 @@ def _hang_and_recover(stack: FaultStack, victim: Worker, survivor: Worker, cut: 
         assert before[victim.index] and before[survivor.index], before
         cut_at = time.monotonic()
         cut()
-        # Halfway to dead_after, a step still waiting on a session of the silent worker is stuck
-        # there (answers it sent before the cut have arrived by then, and it cannot be declared
-        # dead yet): each must be answered "task error" once it is.
+        # Halfway to dead_after, the steps the controller is still waiting for on the silent
+        # worker's sessions are stuck there (it cannot be declared dead yet): each must be
+        # answered "task error" once it is.
         time.sleep(stack.dead_after / 2)
-        in_flight = {r.sid for r in load.records if r.inflight_since is not None and r.sid in before[victim.index]}
+        in_flight = stack.busy_sessions() & before[victim.index]
 
         # Declared dead (dropped by the controller), and its sessions answered "task error".
         wait_until(lambda: not stack.registered(victim), GUARD_S, "the silent worker is declared dead")
