@@ -91,7 +91,7 @@ class _Host:
     """The connections to one worker: idle ones, ones with a request in flight, and the requests
     waiting (first come, first served) for one when ``max_connections`` are open."""
 
-    __slots__ = ("target", "idle", "busy", "opening", "waiters")
+    __slots__ = ("target", "idle", "busy", "opening", "waiters", "aborted")
 
     def __init__(self, target: tuple[str, int, str]) -> None:
         self.target = target
@@ -99,6 +99,7 @@ class _Host:
         self.busy: set[_Connection] = set()
         self.opening = 0
         self.waiters: deque[asyncio.Future[_Connection | None]] = deque()
+        self.aborted: str | None = None  # why, once abort() gave this worker up
 
 
 class UpstreamPool:
@@ -155,6 +156,9 @@ class UpstreamPool:
             raise UpstreamError(f"cannot connect to {h.target[0]}:{h.target[1]}: {e}") from e
         finally:
             h.opening -= 1
+        if h.aborted is not None:  # given up while this connection was being opened
+            conn.close()
+            raise UpstreamError(h.aborted)
         return conn
 
     def _release(self, h: _Host, conn: _Connection) -> None:
@@ -201,7 +205,8 @@ class UpstreamPool:
         h = self._hosts.pop(address, None)
         if h is None:
             return 0
-        failed = len(h.busy)
+        h.aborted = why  # and requests opening a connection now fail once it is open
+        failed = len(h.busy) + h.opening
         for conn in list(h.busy):
             conn._fail(UpstreamError(why))
             conn.close()

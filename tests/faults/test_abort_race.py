@@ -4,8 +4,8 @@ timeout): when a worker is declared dead, ``UpstreamPool.abort`` fails the reque
 it, but a request that is opening its connection at that moment is not among them; it goes on,
 writes to the dead worker, and waits for the whole interaction timeout (240 s by default).
 
-Expected to fail until the controller's upstream pool covers that case (strict: it reports when
-it starts passing, so the mark can go).
+Fixed: the pool marks the worker given up, and a request that finishes opening its connection
+after that fails at once.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pytest
 from agentrl_envs.controller.upstream import UpstreamError, UpstreamPool
 
 
-@pytest.mark.xfail(strict=True, reason="abort() misses a request that is opening its connection (controller/upstream.py)")
 async def test_abort_also_fails_a_request_that_is_opening_its_connection():
     with socket.socket() as hung:  # a worker that accepts (the kernel does) and never answers
         hung.bind(("127.0.0.1", 0))
