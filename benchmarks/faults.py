@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import sys
 import time
@@ -260,6 +261,10 @@ def run_fault(fault: str, a: argparse.Namespace) -> dict[str, Any]:
         problems.append(f"the workers hold {orphans} orphaned sessions")
     if failure:
         problems.append(failure)
+    if problems:
+        print(f"    logs kept in {stack.log_dir}", file=sys.stderr)
+    else:
+        shutil.rmtree(stack.log_dir, ignore_errors=True)
     return {
         "fault": fault,
         "ok": not problems,
@@ -331,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(a.output).write_text(json.dumps(out, indent=2) + "\n")
     print()
     print(
-        f"{'fault':<16}{'ok':<4}{'sessions':>9}{'completed':>10}{'task err':>9}{'lost 410':>9}{'other':>6}  detection / recovery"
+        f"{'fault':<16}{'ok':<4}{'sessions':>9}{'completed':>10}{'task err':>9}{'lost 410':>9}{'other':>6}  per round (min-max)"
     )
     for r in results:
         o = r.get("outcomes", {})
