@@ -58,7 +58,7 @@ lint: install
 	$(BIN)/ruff format --check agentrl_envs agentrl_trainer envs tests benchmarks
 
 bench: install
-	$(BIN)/python benchmarks/controller_load.py
+	$(BIN)/python benchmarks/session_scale.py
 
 # The RL demo: base eval, async LoRA training (one lagging engine) on db + os, trained eval.
 # The OS task runs in a bubblewrap sandbox (needs root: installs bubblewrap/debootstrap, builds

@@ -22,6 +22,7 @@ from .errors import (
     CapacityError,
     ControllerError,
     NoWorkerError,
+    OverloadedError,
     SessionBusyError,
     SessionError,
     SessionFinishedError,
@@ -38,6 +39,7 @@ _BY_CODE: dict[str, type[AgentRLEnvsError]] = {
     cls.code: cls
     for cls in (
         NoWorkerError,
+        OverloadedError,
         WorkerUnreachableError,
         UnknownSessionError,
         UnknownSampleError,

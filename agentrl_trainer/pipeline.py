@@ -34,7 +34,7 @@ from agentrl_envs.client import AsyncControllerClient
 from agentrl_envs.schema import SampleIndex
 
 from .lagging import choose_engine, engines_to_sync, lagging_engine_ids
-from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode
+from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode_retrying
 
 __all__ = ["Group", "GroupBuffer", "PipelineEngine", "RolloutPipeline", "TaskSampler"]
 
@@ -268,14 +268,16 @@ class RolloutPipeline:
         assert self._client is not None
         episodes = await asyncio.gather(
             *(
-                run_episode(self._client, s, self._pick(s.episode_id), self.tokenizer, self.stop_token_ids, self.settings)
+                run_episode_retrying(
+                    self._client, s, self._pick(s.episode_id), self.tokenizer, self.stop_token_ids, self.settings
+                )
                 for s in specs
             )
         )
         group = None
         for ep in episodes:
             self.episodes_done += 1
-            self.infra_failures += int(ep.infra_failure)
+            self.infra_failures += ep.attempts - 1 + int(ep.infra_failure)  # every lost attempt
             group = self.buffer.add(ep) or group
         with self._cond:
             self._inflight -= 1

@@ -8,7 +8,8 @@ current engines can share one trajectory), records ids and logprobs, and parses 
 Who is at fault decides what happens to a failure (see ``agentrl_envs.errors``): the model's
 mistakes (invalid tool call, turn limit, context limit) are scored; anything the infrastructure
 did (controller or worker unreachable, ``task error``, ``cancelled``, a session lost to a
-controller restart: ``410 session_lost``) marks the episode ``infra_failure`` so the pipeline
+controller restart: ``410 session_lost``) marks the episode ``infra_failure``: the pipeline
+replays it (``run_episode_retrying``, ``RolloutSettings.infra_retries``) and, if it still fails,
 drops it from its group instead of scoring it 0.
 """
 
@@ -26,7 +27,36 @@ from agentrl_envs.schema import Message, SampleIndex, SampleStatus, ToolDefiniti
 
 from .trajectory import TokenTrajectory
 
-__all__ = ["EngineChoice", "Episode", "EpisodeSpec", "RolloutEngine", "RolloutSettings", "TokenPolicy", "run_episode"]
+__all__ = [
+    "EngineChoice",
+    "Episode",
+    "EpisodeSpec",
+    "RolloutEngine",
+    "RolloutSettings",
+    "TokenPolicy",
+    "run_episode",
+    "run_episode_retrying",
+]
+
+
+async def run_episode_retrying(
+    client: AsyncControllerClient,
+    spec: EpisodeSpec,
+    pick_engine: Callable[[int], EngineChoice],
+    tokenizer: Any,
+    stop_token_ids: list[int],
+    settings: RolloutSettings,
+) -> Episode:
+    """:func:`run_episode`, replayed from the start up to ``settings.infra_retries`` times while it
+    ends as an infrastructure failure (a worker killed, a controller restarted: ``session_lost``),
+    as eval retries a sample; the last attempt is returned (``attempts`` counts them). A replay
+    samples afresh: nothing of a lost attempt is trained on."""
+    for attempt in range(1, settings.infra_retries + 2):
+        ep = await run_episode(client, spec, pick_engine, tokenizer, stop_token_ids, settings)
+        ep.attempts = attempt
+        if not ep.infra_failure:
+            break
+    return ep
 
 
 class RolloutEngine(Protocol):
@@ -66,6 +96,7 @@ class RolloutSettings:
     assistant_prefix: str = ""
     constrain_tool_calls: bool = False  # sample every turn under the tool-call grammar
     start_timeout: float = 120.0  # how long to wait for a free worker slot
+    infra_retries: int = 2  # replays of an episode lost to the infrastructure before it is dropped
 
 
 @dataclass
@@ -80,6 +111,7 @@ class Episode:
     error: str | None = None
     seconds: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)
+    attempts: int = 1  # plays of this episode; all but the last were lost to the infrastructure
 
     @property
     def completed(self) -> bool:

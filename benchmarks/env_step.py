@@ -4,7 +4,7 @@
         [--episodes 200] [--concurrency 8] [--warmup 0] [--label NAME] [--out FILE]
 
 Plays the task's reference policies in this process (the task's own runtime, as a worker holds
-it, without HTTP: the controller and worker have their own benchmark, ``controller_load.py``),
+it, without HTTP: the controller and worker have their own benchmark, ``session_scale.py``),
 ``--concurrency`` episodes at a time, cycling over the samples that have a reference. Every
 ``start`` and every ``interact`` is timed, the latter keyed by the tool called (``text`` for a
 message without a call, e.g. KG's final answer). ``--warmup N`` plays N episodes first, untimed

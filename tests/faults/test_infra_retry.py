@@ -204,3 +204,46 @@ def test_the_trainer_rollout_drops_episodes_lost_to_a_controller_restart(faults)
     complete = [g for g in (buffer.add(ep) for ep in again) if g is not None]
     assert len(complete) == 1 and len(complete[0].episodes) == 4 and complete[0].dropped == 0
     wait_until(lambda: stack.worker_current(worker) == 0, 30, "the worker holds no orphaned session")
+
+
+def test_the_trainer_pipeline_replays_episodes_lost_to_a_controller_restart(faults):
+    """What the pipeline runs (run_episode_retrying): an episode lost to the restart is played
+    again from the start on the new controller and comes back completed, attempts == 2."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from agentrl_envs.chat.loading import model_directory
+    from agentrl_envs.client import AsyncControllerClient
+    from agentrl_trainer.rollout import EngineChoice, EpisodeSpec, RolloutSettings, run_episode_retrying
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_directory()), local_files_only=True)
+    stop_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    engine = GatedEngine(tokenizer, stop_id)
+    stack = faults()
+    worker = stack.add_worker()
+    settings = RolloutSettings(max_tokens=64, max_turns=10, infra_retries=2)
+
+    async def group() -> list[Any]:
+        async with AsyncControllerClient(stack.url) as client:
+            choice = EngineChoice(engine, 0, False)
+            specs = [EpisodeSpec("echo", 3, 0, i) for i in range(4)]
+            return list(
+                await asyncio.gather(
+                    *(run_episode_retrying(client, s, lambda _: choice, tokenizer, [stop_id], settings) for s in specs)
+                )
+            )
+
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.update(eps=asyncio.run(group())), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: engine.waiting == 4, 60, "every episode is held after its first turn")
+        stack.kill(stack.controller, signal.SIGKILL)
+        stack.start_controller()
+        stack.wait_live(worker, timeout=30)
+    finally:
+        engine.gate.set()
+        thread.join(120)
+    eps = result["eps"]
+    assert all(ep.attempts == 2 and not ep.infra_failure and ep.completed and ep.reward == 1.0 for ep in eps), eps
+    wait_until(lambda: stack.worker_current(worker) == 0, 30, "the worker holds no orphaned session")
