@@ -99,6 +99,21 @@ class WithHeaders:
         self.headers = headers
 
 
+async def run_fast_handler(
+    handler: FastHandler, headers: dict[bytes, bytes], body: bytes, where: str
+) -> tuple[int, dict[str, str], bytes]:
+    """Run a fast route's handler: ``(status, extra response headers, JSON payload)``, errors in
+    the one error shape. Shared by the ASGI front and the protocol that serves these routes."""
+    try:
+        result = await handler(headers, body)
+        if type(result) is WithHeaders:
+            return 200, result.headers, orjson.dumps(result.body)
+        return 200, {}, orjson.dumps(result)
+    except Exception as e:
+        err = as_wire_error(e, where)
+        return err.http_status, {}, error_payload(err)
+
+
 class FastRoutes:
     """An ASGI front that serves a few hot routes without FastAPI's routing and middleware stack.
 
@@ -124,18 +139,12 @@ class FastRoutes:
             chunks.append(message.get("body", b""))
             if not message.get("more_body"):
                 break
-        status = 200
-        extra: list[tuple[bytes, bytes]] = []
-        try:
-            result = await handler(dict(scope["headers"]), b"".join(chunks))
-            if type(result) is WithHeaders:
-                extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in result.headers.items()]
-                result = result.body
-            payload = orjson.dumps(result)
-        except Exception as e:
-            err = as_wire_error(e, scope["path"])
-            status, payload = err.http_status, error_payload(err)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]
+        status, extra, payload = await run_fast_handler(handler, dict(scope["headers"]), b"".join(chunks), scope["path"])
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()),
+        ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
@@ -277,18 +286,9 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
             self.tasks.add(task)
 
         async def _answer(self, handler: FastHandler, headers: dict[bytes, bytes], body: bytes, keep_alive: bool) -> None:
-            extra = b""
-            try:
-                result = await handler(headers, body)
-                if type(result) is WithHeaders:
-                    extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in result.headers.items())
-                    result = result.body
-                payload = orjson.dumps(result)
-                head = ok_head
-            except Exception as e:
-                err = as_wire_error(e, self.url.decode("latin-1", "replace"))
-                payload = error_payload(err)
-                head = _status_line(err.http_status) + b"content-type: application/json\r\ncontent-length: "
+            status, headers_out, payload = await run_fast_handler(handler, headers, body, self.url.decode("latin-1", "replace"))
+            head = ok_head if status == 200 else _status_line(status) + b"content-type: application/json\r\ncontent-length: "
+            extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in headers_out.items())
             self._fast_busy = False
             if self.transport.is_closing():
                 return
