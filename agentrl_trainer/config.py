@@ -2,11 +2,158 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any
 
 from trl import GRPOConfig
 
-__all__ = ["AgentRLConfig"]
+__all__ = ["GENERIC_FIELDS", "HONOURED_FIELDS", "REJECTED_FIELDS", "AgentRLConfig"]
+
+# Every field AgentRLConfig inherits from TRL's GRPOConfig (transformers' TrainingArguments
+# included) is in exactly one of three tables, so none is accepted and then silently ignored
+# (tests/trainer/test_config.py checks the tables against the installed TRL: a field a new TRL
+# adds fails the test until it is classified here; docs/trainer-config.md says the same in prose).
+#
+# * HONOURED: our trainer does what the field says; the value says where.
+# * GENERIC: transformers' Trainer machinery that AgentRLTrainer keeps as it is (optimizer,
+#   schedule, precision, logging, checkpoints, distribution); some only reach the dataloader of
+#   step ticks, where they change nothing.
+# * REJECTED: TRL's own generation, reward, loss or evaluation code that AgentRLTrainer replaces;
+#   any value other than the default raises ValueError (the value says what to do instead).
+
+HONOURED_FIELDS: dict[str, str] = {
+    "output_dir": "transformers' Trainer (checkpoints); the CLI saves the model and agentrl_steps.json there",
+    "max_steps": "transformers' Trainer: optimizer steps, one dynamic batch each",
+    "seed": "set_seed, the TaskSampler's draws and the pipeline's engine choice",
+    "per_device_train_batch_size": "set to num_generations: the dataloader only ticks the step loop (any other value is rejected)",
+    "gradient_accumulation_steps": "must be 1: a step trains on the whole dynamic batch (micro_batch_rows bounds memory)",
+    "model_init_kwargs": "TRL's GRPOTrainer.__init__ loads the policy (and the reference) with them",
+    "trust_remote_code": "TRL's GRPOTrainer.__init__ when it loads the policy",
+    "disable_dropout": "TRL's GRPOTrainer.__init__ (policy and reference)",
+    "cast_lm_head_to_fp32": "TRL's GRPOTrainer.__init__ patches the LM head; logprobs.py reads the model's logits",
+    "num_generations": "the GRPO group size: episodes per sampled task index (RolloutPipeline group_size)",
+    "max_completion_length": "tokens per assistant turn (RolloutSettings.max_tokens)",
+    "steps_per_generation": "derived (one rollout batch per optimizer step); only the derived value is accepted",
+    "generation_batch_size": "derived (per_device_train_batch_size x processes); only the derived value is accepted",
+    "temperature": "sampling on every engine, and the logits of the loss (logprobs.token_logprobs)",
+    "top_p": "sampling on every engine (RolloutSettings.top_p)",
+    "vllm_server_host": "engine='vllm': the host of the trl vllm-serve servers",
+    "vllm_server_port": "engine='vllm': the first server's port (engine i uses port + i)",
+    "vllm_group_port": "engine='vllm': the first server's weight-update group port (engine i uses port + i)",
+    "beta": "k3 KL coefficient in loss.policy_loss (0 skips the reference pass)",
+    "num_iterations": "must be 1: rollout logprobs are the PPO reference, one pass per batch",
+    "epsilon": "PPO clip (low side) in loss.policy_loss",
+    "epsilon_high": "PPO clip (high side, DAPO clip-higher) in loss.policy_loss",
+    "importance_sampling_level": "'token' only: the PPO ratio is per token",
+    "scale_rewards": "'group'/True divides by the group's std, 'none'/False does not (advantages.group_advantages); not 'batch'",
+    "loss_type": "'dapo' only: the loss is a token-mean over the step's whole batch (loss.policy_loss)",
+}
+
+# Values a field accepts besides its default, where that is not "the default only" or "anything".
+_ALSO_ACCEPTED: dict[str, tuple[Any, ...]] = {
+    "scale_rewards": ("group", "none", True, False),
+    "pad_to_multiple_of": (None,),  # GRPOConfig resolves "auto" to None off Neuron
+    "include_num_input_tokens_seen": (False,),  # = "no"; the argument parser's default
+}
+# What to use instead of a rejected value of an honoured field.
+_HONOURED_ONLY: dict[str, str] = {
+    "importance_sampling_level": "sequence-level ratios (GSPO) are not implemented; use 'token'",
+    "scale_rewards": "batch-level std scaling is not implemented; use 'group' (GRPO) or 'none' (Dr. GRPO)",
+    "loss_type": "the loss is AgentRL's token-mean over the step's batch (TRL's 'dapo'); other loss formulations are "
+    "not implemented: leave loss_type at 'dapo' (dual_clip and beta shape the AgentRL loss)",
+}
+
+GENERIC_FIELDS: frozenset[str] = frozenset(
+    # optimizer, schedule, clipping
+    "learning_rate lr_scheduler_type lr_scheduler_kwargs warmup_steps optim optim_args optim_target_modules weight_decay "
+    "adam_beta1 adam_beta2 adam_epsilon max_grad_norm "
+    # precision, memory, compilation
+    "bf16 fp16 tf32 gradient_checkpointing gradient_checkpointing_kwargs activation_checkpointing "
+    "activation_checkpointing_kwargs torch_compile torch_compile_backend torch_compile_mode torch_empty_cache_steps "
+    "use_cache use_cpu full_determinism "
+    # logging and progress
+    "logging_strategy logging_steps logging_first_step log_on_each_node logging_nan_inf_filter log_level "
+    "log_level_replica disable_tqdm report_to run_name project trackio_space_id trackio_bucket_id "
+    "trackio_static_space_id skip_memory_metrics debug "
+    # checkpoints, resume, hub
+    "save_strategy save_steps save_total_limit save_on_each_node save_only_model enable_jit_checkpoint push_to_hub "
+    "hub_token hub_private_repo hub_model_id hub_strategy hub_always_push hub_revision resume_from_checkpoint "
+    "ignore_data_skip restore_callback_states_from_checkpoint do_train do_eval do_predict "
+    # distribution (accelerate / DDP / DeepSpeed / FSDP)
+    "local_rank accelerator_config parallelism_config ddp_find_unused_parameters ddp_bucket_cap_mb "
+    "ddp_broadcast_buffers ddp_static_graph ddp_backend ddp_timeout fsdp fsdp_config deepspeed "
+    # the dataloader of step ticks (no samples flow through it)
+    "dataloader_drop_last dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers "
+    "dataloader_prefetch_factor dataloader_multiprocessing_context dataloader_in_order remove_unused_columns".split()
+)
+
+_NO_DATASET = "AgentRLTrainer has no training dataset: samples come from the controller (tasks, task_weights, seed)"
+_NO_EVAL = (
+    "AgentRLTrainer has no evaluation loop: play held-out samples with agentrl_trainer.evaluate "
+    "(agentrl_trainer.demo shows how); leave the eval fields at their defaults"
+)
+_OWN_LOSS = (
+    "AgentRLTrainer's loss is AgentRL's (loss.policy_loss: PPO clip with epsilon/epsilon_high, dual_clip, k3 KL with "
+    "beta), not TRL's, and this term is not implemented; leave it at its default"
+)
+_OWN_GENERATION = (
+    "AgentRLTrainer samples with its own engines (engine, num_engines; temperature, top_p and "
+    "max_completion_length per turn), not TRL's generation code; this setting is not implemented"
+)
+_OWN_VLLM = (
+    "AgentRLTrainer drives trl vllm-serve servers itself (engine='vllm', vllm_server_host, vllm_server_port, "
+    "vllm_group_port); this vLLM setting is not used"
+)
+_NO_IS_CORRECTION = (
+    "the PPO ratio is taken against the logprobs of the engine that sampled each token (vLLM's included), so there "
+    "is no separate importance-sampling correction; leave the vllm_importance_sampling_* fields at their defaults"
+)
+_NO_COMPLETION_LOG = (
+    "per-turn text is not logged by AgentRLTrainer; per-step rollout metrics are in trainer.step_log / agentrl_steps.json"
+)
+_REJECTED_GROUPS: dict[str, str] = {
+    "num_train_epochs": "there is no dataset to pass over (an 'epoch' is one pass over 64 placeholder rows): set max_steps",
+    "data_seed train_sampling_strategy length_column_name label_names shuffle_dataset": _NO_DATASET,
+    "pad_to_multiple_of": "batch.build_batch pads each step's rows to the longest one; padding to a multiple is not implemented",
+    "include_num_input_tokens_seen": "the dataloader carries no tokens; the step's trained tokens are logged as rollout/trained_tokens",
+    "auto_find_batch_size": "the batch is whole GRPO groups; bound memory with micro_batch_rows",
+    "average_tokens_across_devices": "the loss is a token-mean over the step's batch (see loss_type); its normalizer is not configurable",
+    "eval_strategy eval_steps eval_delay per_device_eval_batch_size prediction_loss_only eval_on_start "
+    "eval_do_concat_batches eval_use_gather_object eval_accumulation_steps include_for_metrics batch_eval_metrics "
+    "bf16_full_eval fp16_full_eval load_best_model_at_end metric_for_best_model greater_is_better "
+    "num_generations_eval": _NO_EVAL,
+    "label_smoothing_factor delta sapo_temperature_neg sapo_temperature_pos vespo_k_pos vespo_lambda_pos vespo_k_neg "
+    "vespo_lambda_neg top_entropy_quantile entropy_coef use_adaptive_entropy entropy_coef_min "
+    "entropy_coef_max entropy_coef_delta entropy_target off_policy_mask_threshold router_aux_loss_coef": _OWN_LOSS,
+    "mask_truncated_completions": "an episode cut short (max_turns, max_context_length, a task's turn limit) is trained "
+    "with incomplete_reward instead; set incomplete_reward=None to keep the task's reward",
+    "use_bias_correction_kl": "the k3 KL term is not weighted by the importance ratio; leave use_bias_correction_kl False",
+    "neftune_noise_alpha": "noise on the embeddings would change the logprobs the PPO ratio compares with the engines'",
+    "use_liger_kernel liger_kernel_config": "Liger kernels are untested with AgentRLTrainer's logprob path (TRL deprecates them too)",
+    "reward_weights multi_objective_aggregation": "the only reward is the environment's (shaped by incomplete_reward)",
+    "sync_ref_model ref_model_mixup_alpha ref_model_sync_steps": "the reference policy stays the initial model; reference syncing is not supported",
+    "top_k min_p repetition_penalty generation_kwargs chat_template_kwargs cache_implementation ds3_gather_for_generation "
+    "max_tool_calling_iterations use_transformers_continuous_batching transformers_continuous_batching_config "
+    "use_transformers_paged": _OWN_GENERATION,
+    "use_vllm": "set engine='vllm' (AgentRLTrainer's own vLLM engines), not use_vllm",
+    "vllm_mode vllm_model_impl vllm_enable_sleep_mode vllm_structured_outputs_regex vllm_server_base_url "
+    "vllm_server_timeout vllm_gpu_memory_utilization vllm_max_model_length vllm_tensor_parallel_size": _OWN_VLLM,
+    "vllm_importance_sampling_correction vllm_importance_sampling_mode vllm_importance_sampling_clip_max "
+    "vllm_importance_sampling_clip_min vllm_importance_sampling_cap": _NO_IS_CORRECTION,
+    "log_completions log_multimodal num_completions_to_print log_unique_prompts log_completions_hub_repo": _NO_COMPLETION_LOG,
+}
+REJECTED_FIELDS: dict[str, str] = {name: why for names, why in _REJECTED_GROUPS.items() for name in names.split()}
+
+
+def _default(f: Field[Any]) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not MISSING else MISSING  # type: ignore[misc]
+
+
+def _same(value: Any, accepted: Any) -> bool:
+    """Equal, with bools kept apart from numbers (``True == 1``), numbers not (YAML's ``0`` for ``0.0``)."""
+    return isinstance(value, bool) == isinstance(accepted, bool) and value == accepted
 
 
 def _has_bf16_device() -> bool:
@@ -18,10 +165,11 @@ def _has_bf16_device() -> bool:
 @dataclass
 class AgentRLConfig(GRPOConfig):
     r"""
-    Configuration for [`AgentRLTrainer`]. Everything of TRL's `GRPOConfig` applies (optimizer,
-    schedule, logging with `report_to`, checkpoints, `num_generations` = GRPO group size,
-    `epsilon`/`epsilon_high` = PPO clip, `beta` = KL coefficient, `temperature`, `top_p`,
-    `max_completion_length` = tokens per assistant turn). The fields below add:
+    Configuration for [`AgentRLTrainer`]. Of TRL's `GRPOConfig`, the trainer machinery applies
+    (optimizer, schedule, logging with `report_to`, checkpoints) and so do `num_generations` = GRPO
+    group size, `epsilon`/`epsilon_high` = PPO clip, `beta` = KL coefficient, `temperature`,
+    `top_p`, `max_completion_length` = tokens per assistant turn, `scale_rewards` ('group' or
+    'none'); the rest is rejected (see the end). The fields below add:
 
     > Model
 
@@ -51,6 +199,14 @@ class AgentRLConfig(GRPOConfig):
     > Loss
 
     - **dual_clip**, **task_advantage_norm**, **micro_batch_rows**.
+
+    > TRL fields that do not apply
+
+    TRL's generation, reward, loss-variant and evaluation settings, which AgentRLTrainer replaces,
+    raise `ValueError` when set to anything but their default (`vllm_importance_sampling_correction`
+    and `use_bias_correction_kl` default to False here, as the trainer does neither). Every
+    inherited field is listed in `HONOURED_FIELDS`, `GENERIC_FIELDS` or `REJECTED_FIELDS` in this
+    module; docs/trainer-config.md has the table.
     """
 
     # -- model
@@ -149,9 +305,33 @@ class AgentRLConfig(GRPOConfig):
         default=8, metadata={"help": "Rows per forward/backward pass (the step's loss is still one token-mean)."}
     )
 
+    # -- TRL defaults that would claim behaviour AgentRLTrainer does not have: off, and rejected if set
+    vllm_importance_sampling_correction: bool = field(
+        default=False,
+        metadata={"help": "Not supported (must stay False): the PPO ratio already uses the sampling engine's logprobs."},
+    )
+    use_bias_correction_kl: bool = field(
+        default=False, metadata={"help": "Not supported (must stay False): the k3 KL term is not weighted by the ratio."}
+    )
+
+    def _reject_unsupported_trl_values(self) -> None:
+        """Raise for a TRL field set to a value AgentRLTrainer would silently ignore (see REJECTED_FIELDS)."""
+        defaults = {f.name: _default(f) for f in fields(self)}
+        for name, why in {**_HONOURED_ONLY, **REJECTED_FIELDS}.items():
+            value = getattr(self, name)
+            accepted = (defaults[name], *_ALSO_ACCEPTED.get(name, ()))
+            if not any(_same(value, a) for a in accepted):
+                raise ValueError(f"{name}={value!r} is not supported by AgentRLTrainer: {why}")
+
     def __post_init__(self) -> None:
+        self._reject_unsupported_trl_values()
         if self.num_generations is None:
             self.num_generations = 8
+        if self.per_device_train_batch_size not in (8, self.num_generations):  # 8: TrainingArguments' default
+            raise ValueError(
+                f"per_device_train_batch_size={self.per_device_train_batch_size} is not supported by AgentRLTrainer: a step "
+                "trains on min_groups_per_step..max_groups_per_step groups of num_generations episodes; leave it unset"
+            )
         # One optimizer step consumes one dynamic batch: the dataloader's own batch is only a tick.
         self.per_device_train_batch_size = self.num_generations
         if self.gradient_accumulation_steps != 1:
@@ -160,12 +340,19 @@ class AgentRLConfig(GRPOConfig):
             )
         if getattr(self, "num_iterations", 1) != 1:
             raise ValueError("num_iterations must be 1: rollout logprobs are the PPO reference, one pass per batch")
+        given = {"steps_per_generation": self.steps_per_generation, "generation_batch_size": self.generation_batch_size}
         self.steps_per_generation = None
         self.generation_batch_size = None
         self.remove_unused_columns = False
         if self.bf16 is None and not _has_bf16_device():
             self.bf16 = False  # GRPOConfig defaults to bf16; on a CPU-only machine train in fp32
         super().__post_init__()
+        for name, value in given.items():  # derived by GRPOConfig; a saved config may carry the derived value
+            if value is not None and value != getattr(self, name):
+                raise ValueError(
+                    f"{name}={value!r} is not supported by AgentRLTrainer: each optimizer step takes one dynamic batch "
+                    "(min_groups_per_step..max_groups_per_step groups); leave it unset"
+                )
         if self.rollout_mode not in ("async", "sync"):
             raise ValueError(f"rollout_mode must be 'async' or 'sync', not {self.rollout_mode!r}")
         if self.engine not in ("transformers", "vllm"):

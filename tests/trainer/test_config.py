@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,167 @@ def test_cli_main_builds_the_trainer_from_yaml(tmp_path: Path, monkeypatch: pyte
     assert args.rollout_mode == "async" and args.tasks == ["db", "os"] and args.lag_steps == 5
     assert seen["trained"] is True and seen["saved"] == str(tmp_path / "out")
     assert json.loads((tmp_path / "out" / "agentrl_steps.json").read_text()) == [{"step": 1.0, "reward/mean": 0.5}]
+
+
+# ---------------------------------------------------------------------------------------- TRL fields
+#
+# Every field inherited from TRL's GRPOConfig must be honoured, generic or rejected: a field that a
+# new TRL adds fails test_every_trl_field_is_classified until it is put in one of config.py's tables.
+
+# A realistic non-default value for each rejected field that is neither a bool nor a number.
+NON_DEFAULT: dict[str, Any] = {
+    "cache_implementation": "static",
+    "chat_template_kwargs": {"enable_thinking": False},
+    "data_seed": 7,
+    "delta": 1.5,
+    "eval_accumulation_steps": 2,
+    "eval_steps": 10,
+    "eval_strategy": "steps",
+    "generation_kwargs": {"top_k": 5},
+    "greater_is_better": True,
+    "include_for_metrics": ["loss"],
+    "include_num_input_tokens_seen": "all",
+    "label_names": ["labels"],
+    "length_column_name": "len",
+    "liger_kernel_config": {"rope": True},
+    "log_completions_hub_repo": "me/completions",
+    "max_tool_calling_iterations": 5,
+    "metric_for_best_model": "reward",
+    "min_p": 0.1,
+    "multi_objective_aggregation": "normalize_then_sum",
+    "neftune_noise_alpha": 5.0,
+    "num_completions_to_print": 2,
+    "num_generations_eval": 4,
+    "off_policy_mask_threshold": 0.5,
+    "pad_to_multiple_of": 64,
+    "reward_weights": [2.0],
+    "router_aux_loss_coef": 0.01,
+    "train_sampling_strategy": "sequential",
+    "transformers_continuous_batching_config": {"max_batch_tokens": 512},
+    "vllm_importance_sampling_cap": 2.0,
+    "vllm_importance_sampling_clip_min": 0.5,
+    "vllm_importance_sampling_mode": "token_truncate",
+    "vllm_max_model_length": 4096,
+    "vllm_mode": "server",
+    "vllm_model_impl": "transformers",
+    "vllm_server_base_url": "http://localhost:8000",
+    "vllm_structured_outputs_regex": r"\d+",
+}
+
+
+def non_default(name: str) -> Any:
+    """A value of field ``name`` other than AgentRLConfig's default: a flipped bool, a number + 1,
+    or NON_DEFAULT's entry (a new rejected field of another kind needs one there)."""
+    import dataclasses
+
+    f = next(f for f in dataclasses.fields(AgentRLConfig) if f.name == name)
+    default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, (int, float)):
+        return default + 1
+    return NON_DEFAULT[name]
+
+
+def test_every_trl_field_is_classified() -> None:
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from agentrl_trainer.config import GENERIC_FIELDS, HONOURED_FIELDS, REJECTED_FIELDS
+
+    trl_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    tables = {"honoured": set(HONOURED_FIELDS), "generic": set(GENERIC_FIELDS), "rejected": set(REJECTED_FIELDS)}
+    classified = set().union(*tables.values())
+    assert sorted(trl_fields - classified) == [], "TRL fields in no table of agentrl_trainer/config.py"
+    assert sorted(classified - trl_fields) == [], "table entries that are not GRPOConfig fields (renamed or removed in TRL?)"
+    for a, b in (("honoured", "generic"), ("honoured", "rejected"), ("generic", "rejected")):
+        assert tables[a].isdisjoint(tables[b]), (a, b, sorted(tables[a] & tables[b]))
+    assert all(HONOURED_FIELDS.values()) and all(REJECTED_FIELDS.values())  # each says where, or what instead
+
+
+@pytest.mark.parametrize("name", sorted(__import__("agentrl_trainer.config").config.REJECTED_FIELDS))
+def test_setting_a_rejected_trl_field_raises(tmp_path: Path, name: str) -> None:
+    value = non_default(name)
+    with pytest.raises(ValueError, match=f"^{re.escape(f'{name}={value!r}')} is not supported by AgentRLTrainer: .{{20}}"):
+        config(tmp_path, **{name: value})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"loss_type": "grpo"}, r"loss_type='grpo' is not supported by AgentRLTrainer: .*leave loss_type at 'dapo'"),
+        ({"loss_type": "dr_grpo"}, r"loss_type='dr_grpo'"),
+        ({"loss_type": "bnpo"}, r"loss_type='bnpo'"),
+        ({"loss_type": "cispo"}, r"loss_type='cispo'"),
+        (
+            {"scale_rewards": "batch"},
+            r"scale_rewards='batch' is not supported by AgentRLTrainer: .*use 'group' \(GRPO\) or 'none'",
+        ),
+        ({"importance_sampling_level": "sequence"}, r"importance_sampling_level='sequence' .*use 'token'"),
+        ({"mask_truncated_completions": True}, r"mask_truncated_completions=True .*incomplete_reward"),
+        ({"vllm_importance_sampling_correction": True}, r"vllm_importance_sampling_correction=True .*sampled each token"),
+        ({"use_vllm": True}, r"use_vllm=True .*set engine='vllm'"),
+        ({"per_device_train_batch_size": 4}, r"per_device_train_batch_size=4 is not supported by AgentRLTrainer"),
+        ({"steps_per_generation": 2}, r"steps_per_generation=2 is not supported by AgentRLTrainer"),
+        ({"generation_batch_size": 16}, r"generation_batch_size=16 is not supported by AgentRLTrainer"),
+        ({"scale_rewards": 1}, r"scale_rewards=1 is not supported"),  # a number is not a bool
+    ],
+)
+def test_unimplemented_values_of_honoured_trl_fields_raise(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        config(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize(("given", "stored"), [("group", "group"), (True, "group"), ("none", "none"), (False, "none")])
+def test_scale_rewards_group_and_none_are_honoured(tmp_path: Path, given: Any, stored: str) -> None:
+    assert config(tmp_path, scale_rewards=given).scale_rewards == stored  # what trainer.py reads (!= "none")
+
+
+def test_trl_defaults_that_claim_unimplemented_behaviour_are_off(tmp_path: Path) -> None:
+    c = config(tmp_path)
+    assert c.vllm_importance_sampling_correction is False and c.use_bias_correction_kl is False
+    assert c.loss_type == "dapo" and c.importance_sampling_level == "token" and c.scale_rewards == "group"
+
+
+def test_numbers_written_as_ints_are_not_mistaken_for_changes(tmp_path: Path) -> None:
+    c = config(tmp_path, entropy_coef=0, top_entropy_quantile=1, vllm_gpu_memory_utilization=0.3, top_k=0)
+    assert c.entropy_coef == 0
+
+
+def test_honoured_and_generic_fields_may_be_set(tmp_path: Path) -> None:
+    c = config(
+        tmp_path,
+        num_generations=4,
+        per_device_train_batch_size=4,
+        epsilon=0.1,
+        epsilon_high=0.3,
+        temperature=0.7,
+        top_p=0.9,
+        learning_rate=1e-5,
+        max_steps=3,
+        vllm_server_port=8100,
+        disable_dropout=True,
+        loss_type="dapo",
+    )
+    assert (c.epsilon, c.epsilon_high, c.temperature, c.top_p, c.max_steps) == (0.1, 0.3, 0.7, 0.9, 3)
+    assert c.per_device_train_batch_size == 4 and c.steps_per_generation == 1
+
+
+@pytest.mark.parametrize("num_generations", [4, 8])
+def test_a_config_rebuilt_from_its_own_fields_is_accepted(tmp_path: Path, num_generations: int) -> None:
+    """A saved config (derived fields filled in: generation_batch_size, pad_to_multiple_of=None, ...) loads again."""
+    import dataclasses
+
+    c = config(tmp_path, num_generations=num_generations, scale_rewards=False)
+    again = AgentRLConfig(**{f.name: getattr(c, f.name) for f in dataclasses.fields(c) if f.init})
+    assert again.num_generations == num_generations and again.generation_batch_size == c.generation_batch_size
+
+
+def test_yaml_with_a_rejected_trl_field_fails_with_its_message(tmp_path: Path) -> None:
+    from trl import TrlParser
+
+    path = write_yaml(tmp_path)
+    path.write_text(path.read_text() + "loss_type: grpo\n")
+    with pytest.raises(ValueError, match="loss_type='grpo' is not supported by AgentRLTrainer"):
+        TrlParser((AgentRLConfig,)).parse_args_and_config(args=["--config", str(path)])
