@@ -142,8 +142,17 @@ class AgentRLTrainer(GRPOTrainer):
         if args.engine == "vllm":
             from .engines import VLLMEngine
 
-            group_port = getattr(args, "vllm_group_port", 51216)
-            return [VLLMEngine(args.vllm_server_host, args.vllm_server_port + i, group_port + i) for i in range(args.num_engines)]
+            # one server per engine on consecutive ports, each its own NCCL rendezvous port
+            return [
+                VLLMEngine(
+                    args.vllm_server_host,
+                    args.vllm_server_port + i,
+                    args.vllm_group_port + i,
+                    tokenizer=self.processing_class,  # for the chat template's end-of-turn token
+                    timeout=args.vllm_server_timeout,
+                )
+                for i in range(args.num_engines)
+            ]
         return [self.local_engine(f"engine{i}", max_batch=args.engine_max_batch) for i in range(args.num_engines)]
 
     def local_engine(self, name: str, max_batch: int = 32) -> LocalEngine:
