@@ -322,6 +322,14 @@ class RolloutPipeline:
         """Async mode: wait for ``min_groups`` complete groups, then drain up to ``max_groups``."""
         if self.mode != "async":
             raise RuntimeError("get_batch is for async mode; use collect() in sync mode")
+        # Limits that can never be met are refused: min_groups above the capacity used to wait
+        # forever (queued groups never exceed capacity_groups) and min_groups 0 to return no group.
+        if not 1 <= min_groups <= max_groups:
+            raise ValueError(f"need 1 <= min_groups ({min_groups}) <= max_groups ({max_groups})")
+        if min_groups > self.capacity_groups:
+            raise ValueError(
+                f"min_groups ({min_groups}) exceeds capacity_groups ({self.capacity_groups}): that many are never queued"
+            )
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while len(self._ready) < min_groups:
