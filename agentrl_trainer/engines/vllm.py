@@ -402,7 +402,7 @@ class VLLMEngine:
             raise VLLMEngineError(
                 f"a weight update to {self.base_url} failed half-way; its weights are unknown"
             ) from self._broken
-        prompt = list(prompt_ids)
+        prompt = [int(t) for t in prompt_ids]
         limit = max_tokens
         if self.max_model_len is not None:
             room = self.max_model_len - len(prompt)
