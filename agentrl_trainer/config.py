@@ -40,6 +40,7 @@ HONOURED_FIELDS: dict[str, str] = {
     "vllm_server_host": "engine='vllm': the host of the trl vllm-serve servers",
     "vllm_server_port": "engine='vllm': the first server's port (engine i uses port + i)",
     "vllm_group_port": "engine='vllm': the first server's weight-update group port (engine i uses port + i)",
+    "vllm_server_timeout": "engine='vllm': how long each engine waits for its server to come up",
     "beta": "k3 KL coefficient in loss.policy_loss (0 skips the reference pass)",
     "num_iterations": "must be 1: rollout logprobs are the PPO reference, one pass per batch",
     "epsilon": "PPO clip (low side) in loss.policy_loss",
@@ -102,7 +103,7 @@ _OWN_GENERATION = (
 )
 _OWN_VLLM = (
     "AgentRLTrainer drives trl vllm-serve servers itself (engine='vllm', vllm_server_host, vllm_server_port, "
-    "vllm_group_port); this vLLM setting is not used"
+    "vllm_group_port, vllm_server_timeout); this vLLM setting is not used"
 )
 _NO_IS_CORRECTION = (
     "the PPO ratio is taken against the logprobs of the engine that sampled each token (vLLM's included), so there "
@@ -137,7 +138,7 @@ _REJECTED_GROUPS: dict[str, str] = {
     "use_transformers_paged": _OWN_GENERATION,
     "use_vllm": "set engine='vllm' (AgentRLTrainer's own vLLM engines), not use_vllm",
     "vllm_mode vllm_model_impl vllm_enable_sleep_mode vllm_structured_outputs_regex vllm_server_base_url "
-    "vllm_server_timeout vllm_gpu_memory_utilization vllm_max_model_length vllm_tensor_parallel_size": _OWN_VLLM,
+    "vllm_gpu_memory_utilization vllm_max_model_length vllm_tensor_parallel_size": _OWN_VLLM,
     "vllm_importance_sampling_correction vllm_importance_sampling_mode vllm_importance_sampling_clip_max "
     "vllm_importance_sampling_clip_min vllm_importance_sampling_cap": _NO_IS_CORRECTION,
     "log_completions log_multimodal num_completions_to_print log_unique_prompts log_completions_hub_repo": _NO_COMPLETION_LOG,

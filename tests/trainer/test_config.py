@@ -304,6 +304,7 @@ def test_honoured_and_generic_fields_may_be_set(tmp_path: Path) -> None:
         learning_rate=1e-5,
         max_steps=3,
         vllm_server_port=8100,
+        vllm_server_timeout=30.0,
         disable_dropout=True,
         loss_type="dapo",
     )
@@ -328,3 +329,11 @@ def test_yaml_with_a_rejected_trl_field_fails_with_its_message(tmp_path: Path) -
     path.write_text(path.read_text() + "loss_type: grpo\n")
     with pytest.raises(ValueError, match="loss_type='grpo' is not supported by AgentRLTrainer"):
         TrlParser((AgentRLConfig,)).parse_args_and_config(args=["--config", str(path)])
+
+
+def test_the_config_doc_names_every_honoured_and_rejected_field() -> None:
+    from agentrl_trainer.config import HONOURED_FIELDS, REJECTED_FIELDS
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "trainer-config.md").read_text()
+    missing = [name for name in [*HONOURED_FIELDS, *REJECTED_FIELDS] if f"`{name}`" not in doc]
+    assert missing == [], "docs/trainer-config.md does not name these fields"
