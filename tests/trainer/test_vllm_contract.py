@@ -9,6 +9,7 @@ would show it. No vllm is imported.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import threading
 from collections.abc import Coroutine, Iterator
@@ -352,7 +353,7 @@ def test_a_weight_update_waits_for_turns_in_flight_and_holds_new_ones(fake: Fake
     assert {token_version(t) for t in ids_a[:-1]} == {0} and label_a == 0
     assert fake.names().index("gen_end") < fake.names().index("pause")
     b = loop.submit(turn(engine))
-    with pytest.raises(TimeoutError):
+    with pytest.raises(concurrent.futures.TimeoutError):  # not the builtin on Python 3.10
         b.result(0.2)  # held while the update runs
     assert fake.names().count("gen_start") == 1
     sender.hold.set()
