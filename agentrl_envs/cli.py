@@ -84,6 +84,7 @@ def cmd_controller(a: argparse.Namespace) -> int:
         dead_after=a.dead_after,
         idle_timeout=a.idle_timeout,
         interaction_timeout=a.interaction_timeout,
+        multiplex=a.worker_transport == "auto",
     )
     print(f"controller listening on http://{a.host}:{a.port}/api", flush=True)
     # The controller also holds connections to its workers (at most UPSTREAM_MAX_CONNECTIONS each).
@@ -326,6 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--idle-timeout", type=float, default=300.0, help="seconds before an idle session is cancelled")
     sp.add_argument("--interaction-timeout", type=float, default=240.0, help="seconds a worker may take over one request")
+    sp.add_argument(
+        "--worker-transport",
+        choices=["auto", "http"],
+        default="auto",
+        help="auto: steps to workers that offer it go over one multiplexed connection per worker, others over "
+        "HTTP/1.1 (AgentRL's own workers); http: HTTP/1.1 only",
+    )
     sp.set_defaults(func=cmd_controller)
 
     sp = sub.add_parser("worker", help="run a worker serving one task")

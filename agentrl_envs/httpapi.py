@@ -201,6 +201,9 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
       other request, and lifespan, goes through the ASGI app as usual. Errors leave in the one
       error shape. A fast route does not take pipelined requests (no agent client sends them):
       a request sent before the previous answer is refused with 400 and the connection closed.
+    * **The multiplexed transport** (:mod:`agentrl_envs.mux`): ``GET {prefix}/mux`` with
+      ``Upgrade: agentrl-mux`` turns the connection into one that carries many requests for the
+      fast ``POST`` routes under ``{prefix}`` at once (the controller's hop to its workers).
     * **A connection limit**: connections past ``max_connections`` get a 503 ``overloaded`` and
       a close at once, instead of failing to be accepted when the process runs out of file
       descriptors (the client would hang in the listen backlog). uvicorn's own
@@ -211,6 +214,8 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
 
     import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from . import mux
 
     routes = routes or {}
     refusal_body = error_payload(
@@ -300,6 +305,35 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
             else:
                 self.transport.close()
 
+        # The multiplexed transport: an upgrade on the fast routes' prefix.
+        def _mux_routes(self) -> dict[bytes, mux.MuxHandler]:
+            path = httptools.parse_url(self.url).path.decode("ascii", "replace")
+            if self.parser.get_method() != b"GET" or not path.endswith(mux.PATH):
+                return {}
+            prefix = path[: -len(mux.PATH)] + "/"
+            return {
+                route[len(prefix) :].encode(): _mux_handler(handler, route)
+                for (method, route), handler in routes.items()
+                if method == "POST" and route.startswith(prefix) and "/" not in route[len(prefix) :]
+            }
+
+        def _should_upgrade(self) -> bool:
+            if self._get_upgrade() == mux.UPGRADE_TOKEN:
+                return bool(self._mux_routes())
+            return super()._should_upgrade()
+
+        def handle_websocket_upgrade(self) -> None:
+            if self._get_upgrade() != mux.UPGRADE_TOKEN:
+                super().handle_websocket_upgrade()
+                return
+            served = self._mux_routes()
+            self.connections.discard(self)  # the multiplexed protocol takes its place
+            if self.timeout_keep_alive_task is not None:
+                self.timeout_keep_alive_task.cancel()
+                self.timeout_keep_alive_task = None
+            self.transport.write(mux.upgrade_answer(sorted(p.decode() for p in served)))
+            self.transport.set_protocol(mux.MuxServer(served, self.transport, self.tasks, self.connections))
+
         _shutting_down = False
 
         def shutdown(self) -> None:
@@ -309,6 +343,14 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
                 super().shutdown()
 
     return AgentHttpProtocol
+
+
+def _mux_handler(handler: FastHandler, where: str) -> Any:
+    async def serve(body: bytes) -> tuple[int, bytes]:
+        status, _, payload = await run_fast_handler(handler, {}, body, where)
+        return status, payload
+
+    return serve
 
 
 def run_server(app: Any, host: str, port: int, log_level: str, *, reserve_fds: int = 512) -> None:

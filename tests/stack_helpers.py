@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -48,3 +49,18 @@ class Stack:
         for w in self.workers:
             w.stop()
         self.controller.stop()
+
+
+class LoopbackServer:
+    """A raw asyncio server on 127.0.0.1 (``async with`` gives its address as a worker's, with
+    ``/api``); subclasses write ``handle(reader, writer)``."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/api"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()

@@ -327,7 +327,9 @@ def scrape(url: str) -> dict[tuple[str, frozenset], float]:
 
 
 def test_metrics_report_sessions_by_state_ended_sessions_workers_and_waiting_requests(make_stack):
-    stack = make_stack(heartbeat_timeout=2.0, dead_after=4.0)
+    # HTTP/1.1 to the worker, so that requests can wait for a connection (tests/test_mux.py: the
+    # multiplexed connection's metrics)
+    stack = make_stack(heartbeat_timeout=2.0, dead_after=4.0, multiplex=False)
     worker = stack.add_worker(Calc, concurrency=4, heartbeat_interval=0.2)
     address = f"{worker.url}/api"
     idle, a, b = start(stack.url), start(stack.url), start(stack.url)

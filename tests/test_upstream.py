@@ -1,15 +1,17 @@
-"""The controller's keep-alive upstream client against a raw asyncio HTTP server on loopback."""
+"""The controller's keep-alive HTTP/1.1 upstream client against a raw asyncio HTTP server on loopback
+(the multiplexed transport off: tests/test_mux.py tests it, and the fallback from it)."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from stack_helpers import LoopbackServer
 
 from agentrl_envs.controller.upstream import UpstreamError, UpstreamPool
 
 
-class RawServer:
+class RawServer(LoopbackServer):
     """Answers each request per ``mode``: ok (keep-alive), close (Connection: close), hang, drop."""
 
     def __init__(self, mode: str = "ok") -> None:
@@ -47,16 +49,9 @@ class RawServer:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
 
-    async def __aenter__(self) -> str:
-        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/api"
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.server.close()
-
 
 async def test_keep_alive_reuses_one_connection_and_prefixes_the_path():
-    server, pool = RawServer(), UpstreamPool()
+    server, pool = RawServer(), UpstreamPool(multiplex=False)
     async with server as address:
         for i in range(5):
             status, body = await pool.post(address, "interact", b'{"n": %d}' % i, timeout=5)
@@ -67,7 +62,7 @@ async def test_keep_alive_reuses_one_connection_and_prefixes_the_path():
 
 
 async def test_concurrent_requests_open_parallel_connections_and_match_responses():
-    server, pool = RawServer(), UpstreamPool()
+    server, pool = RawServer(), UpstreamPool(multiplex=False)
     async with server as address:
         results = await asyncio.gather(*(pool.post(address, "x", b"%d" % i, timeout=5) for i in range(20)))
     await pool.close()
@@ -75,7 +70,7 @@ async def test_concurrent_requests_open_parallel_connections_and_match_responses
 
 
 async def test_connection_close_is_honoured():
-    server, pool = RawServer("close"), UpstreamPool()
+    server, pool = RawServer("close"), UpstreamPool(multiplex=False)
     async with server as address:
         for _ in range(3):
             assert (await pool.post(address, "x", b"1", timeout=5))[0] == 200
@@ -84,7 +79,7 @@ async def test_connection_close_is_honoured():
 
 @pytest.mark.parametrize("mode, match", [("hang", "within 0.3 s"), ("drop", "closed by the worker")])
 async def test_hung_or_dropping_worker_raises(mode, match):
-    server, pool = RawServer(mode), UpstreamPool()
+    server, pool = RawServer(mode), UpstreamPool(multiplex=False)
     async with server as address:
         with pytest.raises(UpstreamError, match=match):
             await pool.post(address, "x", b"1", timeout=0.3)
@@ -92,7 +87,7 @@ async def test_hung_or_dropping_worker_raises(mode, match):
 
 
 async def test_refused_connection_and_bad_address_raise():
-    pool = UpstreamPool()
+    pool = UpstreamPool(multiplex=False)
     with pytest.raises(UpstreamError, match="cannot connect"):
         await pool.post("http://127.0.0.1:1/api", "x", b"1", timeout=1)
     with pytest.raises(UpstreamError, match="must be http"):
@@ -126,7 +121,7 @@ class SlowServer(RawServer):
 
 
 async def test_at_most_max_connections_per_worker_and_the_rest_wait_in_line():
-    server, pool = SlowServer(), UpstreamPool(max_connections=3)
+    server, pool = SlowServer(), UpstreamPool(multiplex=False, max_connections=3)
     async with server as address:
         results = await asyncio.gather(*(pool.post(address, "x", b"%d" % i, 10) for i in range(30)))
         assert [body for _, body in results] == [b"%d" % i for i in range(30)]
@@ -137,7 +132,7 @@ async def test_at_most_max_connections_per_worker_and_the_rest_wait_in_line():
 
 
 async def test_requests_waiting_for_a_connection_fail_on_abort_and_on_timeout():
-    server, pool = RawServer("hang"), UpstreamPool(max_connections=1)
+    server, pool = RawServer("hang"), UpstreamPool(multiplex=False, max_connections=1)
     async with server as address:
         first = asyncio.ensure_future(pool.post(address, "x", b"1", 10))
         await asyncio.sleep(0.05)

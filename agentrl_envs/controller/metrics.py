@@ -99,8 +99,11 @@ class _StateCollector:
         )
         conns = GaugeMetricFamily(
             "agentrl_upstream_connections",
-            "Open connections to a worker, busy (a request in flight) or idle",
+            "Open connections to a worker: HTTP/1.1 ones busy (a request in flight) or idle, and the multiplexed one",
             labels=["task", "worker", "state"],
+        )
+        in_flight = GaugeMetricFamily(
+            "agentrl_upstream_in_flight", "Requests to a worker awaiting its answer", labels=["task", "worker"]
         )
         names = {w.address: w.name for w in list(svc.workers.values())}
         pool: Any = svc._http
@@ -109,5 +112,8 @@ class _StateCollector:
             waiting.add_metric([name, address], sum(1 for slot in h.waiters if not slot.done()))
             conns.add_metric([name, address, "busy"], len(h.busy))
             conns.add_metric([name, address, "idle"], len(h.idle))
+            conns.add_metric([name, address, "multiplexed"], int(h.mux is not None and not h.mux.closed))
+            in_flight.add_metric([name, address], len(h.busy) + (len(h.mux.pending) if h.mux is not None else 0))
         yield waiting
         yield conns
+        yield in_flight

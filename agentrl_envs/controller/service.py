@@ -130,11 +130,13 @@ class ControllerService:
         interaction_timeout: float = 240.0,
         remember_ended: int = 100_000,
         metrics: ControllerMetrics | None = None,
+        multiplex: bool = True,
     ) -> None:
         self.heartbeat_timeout = heartbeat_timeout
         self.dead_after = dead_after
         self.idle_timeout = idle_timeout
         self.interaction_timeout = interaction_timeout
+        self.multiplex = multiplex  # steps over one multiplexed connection per worker that offers it
         self.metrics = metrics or ControllerMetrics()
         self._step_metrics: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._ended_metrics: dict[tuple[str, str], Any] = {}
@@ -160,7 +162,7 @@ class ControllerService:
     # ------------------------------------------------------------------ lifecycle
 
     async def startup(self) -> None:
-        self._http = UpstreamPool()
+        self._http = UpstreamPool(multiplex=self.multiplex)
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
     async def shutdown(self) -> None:

@@ -18,12 +18,13 @@ import pytest
 from agentrl_envs.controller.upstream import UpstreamError, UpstreamPool
 
 
-async def test_abort_also_fails_a_request_that_is_opening_its_connection():
+@pytest.mark.parametrize("multiplex", [True, False], ids=["multiplexed", "http"])
+async def test_abort_also_fails_a_request_that_is_opening_its_connection(multiplex):
     with socket.socket() as hung:  # a worker that accepts (the kernel does) and never answers
         hung.bind(("127.0.0.1", 0))
         hung.listen(16)
         address = f"http://127.0.0.1:{hung.getsockname()[1]}/api"
-        pool = UpstreamPool()
+        pool = UpstreamPool(multiplex=multiplex)  # multiplexed: waiting for the upgrade's answer
         try:
             request = asyncio.create_task(pool.post(address, "interact", b"{}", 600.0))
             await asyncio.sleep(0)  # the request is now opening its connection

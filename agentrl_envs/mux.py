@@ -1,0 +1,268 @@
+"""The multiplexed controller → worker transport: many requests in flight on one connection.
+
+Why: with AgentRL's wire (one HTTP/1.1 request per connection at a time) every step costs the
+controller and the worker a read and a write system call each, one event-loop wake-up per
+request, and an HTTP parse on both sides; benchmarks/session_scale.py put that hop at about half
+of the two processes' CPU per step. Here the controller keeps one connection per worker, writes
+every request of an event-loop turn in one ``write`` and the worker answers likewise, so under
+load many steps share each system call. No well-kept Python library does this cheaply: a
+message on HTTP/2 (h2) or WebSocket (websockets) costs more Python per frame than the whole frame
+handling below (see ``benchmarks/results/session_scale*.json`` for the hop as measured).
+
+It rides on AgentRL's wire rather than beside it: the controller asks for it with an HTTP
+``Upgrade`` on the worker's own port (``GET {prefix}/mux``, ``Upgrade: agentrl-mux``); our worker
+answers ``101`` and names the routes it serves this way (``agentrl-mux-routes``); any other answer
+(AgentRL's own worker says 404) and the controller keeps to plain HTTP for that worker. After
+the ``101``, both directions carry frames::
+
+    request:  !IIH  body length, request id, path length   then path (e.g. b"interact"), body
+    answer:   !IIH  body length, request id, HTTP status   then body (the route's JSON answer)
+
+A request id is the client's to choose (unique among its requests in flight on the connection);
+answers may come in any order. A connection closed with requests in flight fails them (the
+client's to retry or report); a frame longer than ``MAX_FRAME`` ends the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+UPGRADE_TOKEN = b"agentrl-mux"
+PATH = "/mux"  # under the worker's API prefix: {address}/mux
+HEAD = struct.Struct("!IIH")
+MAX_FRAME = 64 << 20
+
+# A route handler as the fast HTTP routes have it: request body in, (status, JSON payload) out.
+MuxHandler = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+
+
+def upgrade_answer(paths: list[str]) -> bytes:
+    return b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: %s\r\nagentrl-mux-routes: %s\r\n\r\n" % (
+        UPGRADE_TOKEN,
+        ",".join(paths).encode("ascii"),
+    )
+
+
+class _Framed(asyncio.Protocol):
+    """Frame reading and write coalescing, shared by both ends."""
+
+    transport: asyncio.Transport | None = None
+    _paths_in = True  # the frames this end reads carry a path (requests), else a status (answers)
+
+    def __init__(self) -> None:
+        # Cached: asyncio.get_running_loop() makes a getpid() system call each time, measured at
+        # ~6% of the controller's CPU per step when called per request.
+        self.loop = asyncio.get_running_loop()
+        self._buf = b""
+        self._out: list[bytes] = []
+        self._flush_at_turn_end = False
+        self.closed = False
+
+    def _send(self, frame: bytes) -> None:
+        # Everything written during one event-loop turn leaves in one system call.
+        self._out.append(frame)
+        if not self._flush_at_turn_end:
+            self._flush_at_turn_end = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_at_turn_end = False
+        out, self._out = self._out, []
+        if self.transport is not None and not self.closed:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _frames(self, data: bytes) -> list[tuple[int, int, bytes, bytes]]:
+        """The complete frames in what has arrived: (id, path length or status, path, body)."""
+        buf = self._buf + data if self._buf else data
+        frames = []
+        pos, end = 0, len(buf)
+        unpack = HEAD.unpack_from
+        paths_in = self._paths_in
+        while end - pos >= 10:
+            length, rid, third = unpack(buf, pos)
+            if length > MAX_FRAME:
+                raise ValueError(f"frame of {length} bytes (at most {MAX_FRAME})")
+            start = pos + 10 + third if paths_in else pos + 10
+            stop = start + length
+            if stop > end:
+                break
+            frames.append((rid, third, buf[pos + 10 : start], buf[start:stop]))
+            pos = stop
+        self._buf = buf[pos:] if pos < end else b""
+        return frames
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class MuxServer(_Framed):
+    """The worker's end, swapped in for the HTTP protocol after the ``101``.
+
+    It joins the server's ``connections`` so that a graceful shutdown reaches it: requests in
+    flight are answered, then the connection closes (the client sees it closed and stops sending).
+    """
+
+    def __init__(
+        self, routes: dict[bytes, MuxHandler], transport: asyncio.Transport, tasks: set[Any], connections: set[Any]
+    ) -> None:
+        super().__init__()
+        self.routes = routes
+        self.transport = transport
+        self.tasks = tasks  # the server's: shutdown waits for them
+        self.connections = connections
+        connections.add(self)
+        self.running = 0
+        self.closing = False
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._frames(data)
+        except ValueError as e:
+            log.warning("multiplexed connection closed: %s", e)
+            self.close()
+            return
+        for rid, _, path, body in frames:
+            handler = self.routes.get(path)
+            if handler is None or self.closing:
+                self._send(HEAD.pack(0, rid, 404 if handler is None else 503))
+                continue
+            self.running += 1
+            task = self.loop.create_task(self._answer(handler, rid, body))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _answer(self, handler: MuxHandler, rid: int, body: bytes) -> None:
+        try:
+            status, payload = await handler(body)
+            if not self.closed:
+                self._send(HEAD.pack(len(payload), rid, status) + payload)
+        finally:
+            self.running -= 1
+            if self.closing and not self.running:
+                self._flush()
+                self.close()
+
+    def shutdown(self) -> None:
+        """The server is stopping: close once every request in flight is answered."""
+        self.closing = True
+        if not self.running:
+            self._flush()
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.connections.discard(self)
+
+
+class MuxClient(_Framed):
+    """The controller's end: ``await client.call(path, body)`` → ``(status, body)``.
+
+    Opened with :meth:`open`; until the handshake's answer arrives it reads HTTP, then frames.
+    """
+
+    _paths_in = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
+        self.paths: frozenset[str] = frozenset()
+        self._next_id = 0
+        self._handshake: asyncio.Future[bytes] | None = None
+        self._head = b""
+        self.error: Exception | None = None  # why it closed, for the requests it fails
+
+    @classmethod
+    async def open(cls, host: str, port: int, prefix: str, timeout: float) -> tuple[int, MuxClient | None]:
+        """Connect and ask for the upgrade: ``(101, client)``, or ``(status, None)`` when the
+        worker answers anything else (it does not speak this transport). Raises ``OSError`` when
+        it cannot connect, ``TimeoutError`` when it does not answer within ``timeout``."""
+        loop = asyncio.get_running_loop()
+        _, self = await asyncio.wait_for(loop.create_connection(cls, host, port), timeout)
+        self._handshake = loop.create_future()
+        assert self.transport is not None
+        self.transport.write(
+            b"GET %s%s HTTP/1.1\r\nhost: %s:%d\r\nconnection: upgrade\r\nupgrade: %s\r\n\r\n"
+            % (prefix.encode("latin-1"), PATH.encode(), host.encode("latin-1"), port, UPGRADE_TOKEN)
+        )
+        try:
+            head = await asyncio.wait_for(self._handshake, timeout)
+        except BaseException:
+            self.close()
+            raise
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        parts = status_line.split(" ", 2)
+        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        headers = dict(line.split(":", 1) for line in lines if ":" in line)
+        headers = {k.strip().lower(): v.strip() for k, v in headers.items()}
+        if status != 101 or headers.get("upgrade", "").lower() != UPGRADE_TOKEN.decode():
+            self.close()
+            return status, None
+        self.paths = frozenset(p for p in headers.get("agentrl-mux-routes", "").split(",") if p)
+        return 101, self
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self._handshake is not None and not self._handshake.done():
+            self._head += data
+            end = self._head.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self._head) > 65536:
+                    self._handshake.set_exception(OSError("no HTTP answer to the upgrade"))
+                return
+            head, data = self._head[:end], self._head[end + 4 :]
+            self._head = b""
+            self._handshake.set_result(head)
+            if not data:
+                return
+        try:
+            frames = self._frames(data)
+        except ValueError as e:
+            self.fail(ConnectionError(f"invalid frame from the worker: {e}"))
+            self.close()
+            return
+        pending = self.pending
+        for rid, status, _, body in frames:
+            fut = pending.pop(rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result((status, body))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_exception(OSError("connection closed during the upgrade"))
+        self.fail(self.error or ConnectionError(f"connection closed by the worker{f': {exc}' if exc else ''}"))
+
+    def fail(self, exc: Exception) -> None:
+        """Fail every request in flight with ``exc``."""
+        self.error = self.error or exc
+        pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def start(self, path: bytes, body: bytes) -> tuple[int, asyncio.Future[tuple[int, bytes]]]:
+        """Send a request; its id and the future of its answer."""
+        if self.closed:
+            raise ConnectionError(str(self.error or "connection closed"))
+        self._next_id = rid = (self._next_id + 1) & 0xFFFFFFFF
+        fut: asyncio.Future[tuple[int, bytes]] = self.loop.create_future()
+        self.pending[rid] = fut
+        self._send(HEAD.pack(len(body), rid, len(path)) + path + body)
+        return rid, fut
+
+    def forget(self, rid: int) -> None:
+        """Stop waiting for request ``rid`` (timed out or cancelled): a late answer is dropped."""
+        self.pending.pop(rid, None)
