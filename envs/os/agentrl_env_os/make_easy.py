@@ -1,6 +1,6 @@
-"""Generate the ``easy`` and ``easy-test`` splits of the OS task (deterministic).
+"""Generate the ``easy``, ``easy-test`` and ``easy-val`` splits of the OS task (deterministic).
 
-    python -m agentrl_env_os.make_easy          # writes data/easy/ and data/easy-test/ (problems.json)
+    python -m agentrl_env_os.make_easy   # writes data/easy/, data/easy-test/, data/easy-val/ (problems.json)
 
 Real OS problems (AgentBench's format, the task's tools, sandbox and judging) that a 135M model
 solves about a third of the time (15/48 of the first ``easy-test`` problems at temperature 0.7
@@ -12,8 +12,12 @@ that ask for the word stored in a file (judged by ``match``). Two calls: ``bash_
 system prompt with two worked examples, :data:`.prompts.EASY_SYSTEM_PROMPT`, and the bare
 problem as the user message) and ``"max_turns": 3``.
 
-``easy`` (train, 200 problems) and ``easy-test`` (held out, 100) are drawn with different seeds
-and share no description.
+``easy`` (train, 200 problems), ``easy-test`` (held out, 100: reported figures only) and
+``easy-val`` (held out, 100: choosing settings, e.g. the demo's learning rate) are drawn with
+different seeds, in that order, and no two share a description. ``easy-val`` is drawn last, so
+adding it left ``easy`` and ``easy-test`` byte for byte as they were; it has exactly
+``easy-test``'s mix of kinds, and its file names also come from :data:`VAL_STEMS`, since the
+first two splits used nearly every file name of the kinds whose description names no word.
 """
 
 from __future__ import annotations
@@ -25,17 +29,21 @@ from typing import Any
 
 TRAIN_SIZE = 200
 TEST_SIZE = 100
+VAL_SIZE = 100
 MAX_TURNS = 3
 
 STEMS = ["notes", "report", "todo", "backup", "data", "log", "draft", "list", "config", "summary", "plan", "index"]
 EXTS = ["txt", "log", "md", "csv", "cfg"]
 DIRS = ["projects", "archive", "tmp2", "docs", "photos", "music", "scripts", "build", "cache", "work", "old", "src"]
+#: File stems of ``easy-val`` only (with ``STEMS``): ``easy`` and ``easy-test`` used up nearly every
+#: file name of the create / delete / read kinds, whose descriptions name no word.
+VAL_STEMS = ["memo", "journal", "budget", "invoice", "recipe", "agenda", "letter", "story", "sketch", "quotes", "tasks", "events"]
 WORDS = ["apple", "river", "orange", "falcon", "silver", "garden", "rocket", "pepper", "window", "marble", "tiger", "candle"]
 
 
-def _problem(rng: random.Random) -> dict[str, Any]:
-    kind = rng.choice(["touch", "mkdir", "write", "remove", "read"])
-    f = f"/root/{rng.choice(STEMS)}.{rng.choice(EXTS)}"
+def _problem(rng: random.Random, kind: str | None = None, stems: list[str] = STEMS) -> dict[str, Any]:
+    kind = kind or rng.choice(["touch", "mkdir", "write", "remove", "read"])
+    f = f"/root/{rng.choice(stems)}.{rng.choice(EXTS)}"
     word = rng.choice(WORDS)
     init: list[dict[str, str]] = []
     evaluation: dict[str, Any]
@@ -81,6 +89,19 @@ def make_splits() -> dict[str, list[dict[str, Any]]]:
                 seen.add(p["description"])
                 problems.append(p)
         out[split] = problems
+    # easy-val: exactly easy-test's mix of kinds (in a shuffled order), file names from STEMS + VAL_STEMS.
+    rng = random.Random(30253)
+    kinds = [p["labels"][0].removeprefix("easy-") for p in out["easy-test"]][:VAL_SIZE]
+    rng.shuffle(kinds)
+    val: list[dict[str, Any]] = []
+    for kind in kinds:
+        while True:
+            p = _problem(rng, kind, STEMS + VAL_STEMS)
+            if p["description"] not in seen:
+                seen.add(p["description"])
+                val.append(p)
+                break
+    out["easy-val"] = val
     return out
 
 

@@ -33,7 +33,7 @@ def data_dir() -> Path:
 
 def load_split(split: str) -> list[dict[str, Any]]:
     """``dev`` (26 problems, AgentBench ``data/dev.json``), ``train`` (1,000, ``training.json``),
-    ``easy`` (200) or ``easy-test`` (100; both from :mod:`.make_easy`)."""
+    ``easy`` (200), ``easy-test`` or ``easy-val`` (100 each; all three from :mod:`.make_easy`)."""
     return load_path(data_dir() / split)
 
 

@@ -70,8 +70,9 @@ class OSConfig(BaseModel):
 class OSTask(Task):
     name = "os"
     max_turns = 8
-    #: ``easy`` (200 problems) and ``easy-test`` (100, held out): see :mod:`.make_easy`.
-    splits = ("dev", "train", "easy", "easy-test")
+    #: ``easy`` (200 problems), ``easy-test`` (100, held out, for reporting) and ``easy-val`` (100,
+    #: held out, for choosing settings): see :mod:`.make_easy`.
+    splits = ("dev", "train", "easy", "easy-test", "easy-val")
     concurrency = 32
     Config = OSConfig
 

@@ -1,10 +1,11 @@
-"""The ``easy`` / ``easy-test`` splits: sizes, no overlap, regenerated identically; on the
+"""The ``easy`` / ``easy-test`` / ``easy-val`` splits: sizes, no overlap, regenerated identically; on the
 sandbox every reference scores 1 (through ``agentrl-envs check``), wrong episodes score 0 and
 the 3-round limit holds."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -24,17 +25,24 @@ def _call(name: str, **arguments: str) -> dict:
 
 
 def test_easy_splits_are_listed_sized_disjoint_and_reproducible() -> None:
-    assert {"easy", "easy-test"} <= set(OSTask.splits)
-    train, test = OSTask.load_samples("easy"), OSTask.load_samples("easy-test")
-    assert (len(train), len(test)) == (200, 100)
-    assert not {s["description"] for s in train} & {s["description"] for s in test}
-    assert len({s["description"] for s in train}) == 200 and len({s["description"] for s in test}) == 100
+    assert {"easy", "easy-test", "easy-val"} <= set(OSTask.splits)
+    train, test, val = (OSTask.load_samples(s) for s in ("easy", "easy-test", "easy-val"))
+    assert (len(train), len(test), len(val)) == (200, 100, 100)
+    keys = [{s["description"] for s in split} for split in (train, test, val)]
+    assert [len(k) for k in keys] == [200, 100, 100]
+    assert not keys[0] & keys[1] and not keys[0] & keys[2] and not keys[1] & keys[2]
     generated = make_splits()
+    assert set(generated) == {"easy", "easy-test", "easy-val"}
     assert [normalize(p) for p in generated["easy"]] == train and [normalize(p) for p in generated["easy-test"]] == test
-    assert all(OSTask.reference_policy(s) is not None and s["prompt"] == "easy" and s["max_turns"] == 3 for s in train + test)
+    assert [normalize(p) for p in generated["easy-val"]] == val
+    assert all(
+        OSTask.reference_policy(s) is not None and s["prompt"] == "easy" and s["max_turns"] == 3 for s in train + test + val
+    )
+    # easy-val has exactly easy-test's mix of kinds (so validation figures track test ones)
+    assert Counter(s["labels"][0] for s in val) == Counter(s["labels"][0] for s in test)
 
 
-@pytest.mark.parametrize("split", ["easy", "easy-test"])
+@pytest.mark.parametrize("split", ["easy", "easy-test", "easy-val"])
 def test_check_easy_solves_every_sample(rootfs, capsys, split: str) -> None:
     main(["check", "os", "--split", split, "--json"])
     report = json.loads(capsys.readouterr().out)
