@@ -64,9 +64,12 @@ bench: install
 # The OS task runs in a bubblewrap sandbox (needs root: installs bubblewrap/debootstrap, builds
 # the Debian root filesystem once). The script's stdout is exactly its `export` line; a failure
 # stops here instead of running the demo without the sandbox.
+# Reports on easy-test with the defaults chosen on easy-val (benchmarks/results/train_demo/).
+# DEMO_ARGS adds flags, e.g. DEMO_ARGS="--record benchmarks/results/train_demo/NAME" to keep the record.
 DEMO_OUT ?= runs/train-demo
+DEMO_ARGS ?=
 train-demo: install
-	line=$$(PYTHON=$(BIN)/python .ci/os-sandbox.sh) && eval "$$line" && $(BIN)/python -m agentrl_trainer.demo --out $(DEMO_OUT)
+	line=$$(PYTHON=$(BIN)/python .ci/os-sandbox.sh) && eval "$$line" && $(BIN)/python -m agentrl_trainer.demo --out $(DEMO_OUT) $(DEMO_ARGS)
 
 check-db: install
 	$(BIN)/agentrl-envs check db --split dev
