@@ -4,6 +4,9 @@ Every field of the config (TRL's ``GRPOConfig`` fields included) is a ``--flag``
 ``--config FILE.yaml`` reads the same fields from YAML, and flags given after it override it::
 
     agentrl-train --config train.yaml --max_steps 50
+
+Data parallel: ``accelerate launch [--config_file deploy/accelerate/zero3.yaml] --num_processes N
+-m agentrl_trainer.cli --config train.yaml`` (docs/data-parallel.md).
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     (args,) = parser.parse_args_and_config()
     trainer = AgentRLTrainer(args)
     trainer.train()
-    trainer.save_model(args.output_dir)
-    out = Path(args.output_dir) / "agentrl_steps.json"
-    out.write_text(json.dumps(trainer.step_log, indent=1))
-    print(f"saved the model to {args.output_dir}; per-step rollout metrics in {out}")
+    trainer.save_model(args.output_dir)  # every process: under ZeRO-3/FSDP saving gathers the shards
+    if trainer.accelerator.is_main_process:  # the step metrics already cover every process
+        out = Path(args.output_dir) / "agentrl_steps.json"
+        out.write_text(json.dumps(trainer.step_log, indent=1))
+        print(f"saved the model to {args.output_dir}; per-step rollout metrics in {out}")
 
 
 if __name__ == "__main__":

@@ -13,15 +13,22 @@ from and the loss:
   engine's logprobs, k3 KL to the reference);
 * after each optimizer step a callback publishes the new weights to the engines
   (lagging ones every ``lag_steps``).
+
+Data parallel (``accelerate launch --num_processes N``, docs/data-parallel.md): each process runs
+its own pipeline and engines on its own shard of each task's samples; DDP / DeepSpeed / FSDP
+average the gradients, and the loss is normalized by the global token count so that N processes
+train exactly as one process on the union of their batches. Every process then gathers whole
+weights (:mod:`agentrl_trainer.distributed`, a collective under ZeRO-3/FSDP) and loads its own
+engines.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,6 +43,15 @@ from agentrl_envs.stack import LocalStack
 from .advantages import shape_reward
 from .batch import TrainBatch, build_batch
 from .config import AgentRLConfig
+from .distributed import (
+    build_copy,
+    gather_merged_weights,
+    gather_weights,
+    merge_step_metrics,
+    normalize_with_moments,
+    shard_indices,
+    task_moments,
+)
 from .engines import LocalEngine
 from .logprobs import token_logprobs
 from .loss import policy_loss
@@ -106,6 +122,11 @@ class AgentRLTrainer(GRPOTrainer):
                 target_modules=targets[0] if targets == ["all-linear"] else targets,
                 task_type="CAUSAL_LM",
             )
+        if args.ddp_broadcast_buffers is None:
+            # DDP would broadcast buffers (RoPE's inv_freq: constants) at the start of forwards, a
+            # collective; processes run different numbers of forwards (the shared prompt head
+            # takes one more), which must not deadlock.
+            args.ddp_broadcast_buffers = False
         # The dataloader only ticks the step loop; the samples come from the controller.
         ticks = Dataset.from_dict({"prompt": ["step"] * 64})
         super().__init__(
@@ -132,14 +153,19 @@ class AgentRLTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ set-up
 
     def _trainable(self) -> dict[str, torch.Tensor]:
-        model = self.accelerator.unwrap_model(self.model)
-        return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+        """Whole copies of the trainable parameters (gathered under ZeRO-3/FSDP: a collective)."""
+        return gather_weights(self.model, trainable_only=True)
 
     def _build_engines(self) -> list[PipelineEngine]:
         args = self.agentrl_args
         if self._given_engines is not None:
             return self._given_engines
         if args.engine == "vllm":
+            if self.accelerator.num_processes > 1:
+                raise ValueError(
+                    "engine='vllm' with more than one training process is not supported yet: each process would "
+                    "push weights to the same servers. Train with one process, or engine='transformers'."
+                )
             from .engines import VLLMEngine
 
             # one server per engine on consecutive ports, each its own NCCL rendezvous port
@@ -156,8 +182,12 @@ class AgentRLTrainer(GRPOTrainer):
         return [self.local_engine(f"engine{i}", max_batch=args.engine_max_batch) for i in range(args.num_engines)]
 
     def local_engine(self, name: str, max_batch: int = 32) -> LocalEngine:
-        """A transformers engine holding a copy of the model as it is now (the caller closes it)."""
-        model = copy.deepcopy(self.accelerator.unwrap_model(self.model))
+        """A transformers engine holding a copy of the model as it is now (the caller closes it).
+
+        The copy is built from whole weights gathered the way TRL gathers them (never a deepcopy
+        of a sharded module): under ZeRO-3/FSDP every process must call this at the same point.
+        """
+        model = build_copy(self.model)
         return LocalEngine.from_model(model, self.processing_class, max_batch=max_batch, name=name)
 
     def rollout_settings(self) -> RolloutSettings:
@@ -185,6 +215,9 @@ class AgentRLTrainer(GRPOTrainer):
             indices = {t: client.get_indices(t) for t in args.tasks}
         if args.max_samples_per_task:
             indices = {t: v[: args.max_samples_per_task] for t, v in indices.items()}
+        # Data parallel: each process plays its own shard, with its own seeds.
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        indices = shard_indices(indices, rank, world)
         weights = dict(zip(args.tasks, args.task_weights, strict=False)) if args.task_weights else None
         self.engines = self._build_engines()
         first = self.engines[0]
@@ -194,7 +227,7 @@ class AgentRLTrainer(GRPOTrainer):
             self.engines,
             self.processing_class,
             list(stop_ids),
-            TaskSampler(indices, weights, seed=args.seed),
+            TaskSampler(indices, weights, seed=args.seed + rank),
             self.rollout_settings(),
             group_size=args.num_generations,
             mode=args.rollout_mode,  # type: ignore[arg-type]
@@ -202,7 +235,7 @@ class AgentRLTrainer(GRPOTrainer):
             lagging_fraction=args.lagging_fraction,
             lag_steps=args.lag_steps,
             lagging_prob=args.lagging_prob,
-            seed=args.seed,
+            seed=args.seed + rank,
         ).start()
         return self.pipeline
 
@@ -226,7 +259,13 @@ class AgentRLTrainer(GRPOTrainer):
             self.stop_rollouts()
 
     def publish_weights(self, step: int, every_engine: bool = False) -> None:
-        """Send the current weights to the engines due at ``step`` (all of them with ``every_engine``)."""
+        """Send the current weights to the engines due at ``step`` (all of them with ``every_engine``).
+
+        Every process publishes to its own engines from its own weights: DDP keeps the processes'
+        parameters identical (same start, same averaged gradients), and under ZeRO-3/FSDP every
+        process takes part in the gather anyway, so each ends up with the whole weights without
+        a broadcast from rank 0.
+        """
         if self.pipeline is None:
             return
         if any(getattr(e, "merged_weights", False) for e in self.engines):
@@ -235,23 +274,9 @@ class AgentRLTrainer(GRPOTrainer):
             named = self._trainable()
         self.pipeline.publish(step, named, every_engine=every_engine)
 
-    @torch.no_grad()
     def _merged_weights(self) -> dict[str, torch.Tensor]:
-        """Full weights by base-model names (LoRA merged) for engines that load whole models."""
-        model = self.accelerator.unwrap_model(self.model)
-        if not hasattr(model, "merge_adapter"):
-            return {n: p.detach() for n, p in model.named_parameters()}
-        model.merge_adapter()
-        try:
-            out = {}
-            for name, p in model.named_parameters():
-                if "lora_" in name:
-                    continue
-                clean = name.removeprefix("base_model.model.").replace(".base_layer", "")
-                out[clean] = p.detach().clone()
-            return out
-        finally:
-            model.unmerge_adapter()
+        """Whole weights by base-model names (LoRA merged) for engines that load whole models."""
+        return gather_merged_weights(self.model)
 
     # ------------------------------------------------------------------ batches
 
@@ -272,15 +297,31 @@ class AgentRLTrainer(GRPOTrainer):
             completed=[e.completed for e in episodes],
             incomplete_reward=self.agentrl_args.incomplete_reward,
         )
+        # With several processes a task's token statistics come from all their batches (below).
+        alone = self.accelerator.num_processes == 1
         batch = build_batch(
             groups,
             rewards,
             pad_token_id=self._pad_id,
             scale_rewards=self.agentrl_args.scale_rewards != "none",
-            task_norm=self.agentrl_args.task_advantage_norm,
+            task_norm=self.agentrl_args.task_advantage_norm and alone,
         )
+        if self.agentrl_args.task_advantage_norm and not alone:
+            batch.advantages = self._normalize_by_task_across_processes(batch)
         self._record_batch(groups, batch, waited)
         return batch
+
+    @torch.no_grad()
+    def _normalize_by_task_across_processes(self, batch: TrainBatch) -> torch.Tensor:
+        """Task advantage normalization over the union of the processes' batches: each task's
+        token count, sum and sum of squares summed over the processes (collectives: every
+        process calls this), then this process's rows normalized."""
+        from accelerate.utils import gather_object
+
+        tasks = sorted({t for part in gather_object([sorted(set(batch.row_task))]) for t in part})
+        moments = task_moments(batch.advantages, batch.loss_mask, batch.row_task, tasks)  # (K, 3)
+        moments = self.accelerator.reduce(moments.to(self.accelerator.device), reduction="sum").cpu()
+        return normalize_with_moments(batch.advantages, batch.loss_mask, batch.row_task, tasks, moments)
 
     def _record_batch(self, groups: list[Group], batch: TrainBatch, waited: float) -> None:
         step = self.state.global_step + 1
@@ -307,14 +348,25 @@ class AgentRLTrainer(GRPOTrainer):
         if self.pipeline is not None:
             m["rollout/queued_groups"] = self.pipeline.queued
             m["rollout/engine_idle_fraction"] = self.pipeline.stats()["engine_idle_fraction"]
+        if self.accelerator.num_processes > 1:
+            m = self._across_processes(m)
         for k, v in m.items():
             self._metrics["train"][k].append(float(v))
         self.step_log.append({"step": float(step), **m})
 
+    def _across_processes(self, m: dict[str, float]) -> dict[str, float]:
+        """A data-parallel step's metrics over all processes (a collective: every process calls it)."""
+        from accelerate.utils import gather_object
+
+        return merge_step_metrics(gather_object([m]))
+
     # ------------------------------------------------------------------ loss
 
     def _token_logprobs(self, model: Any, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        share = self.agentrl_args.share_prompt_prefix and not self.args.gradient_checkpointing
+        # Under ZeRO-3/FSDP each forward gathers parameters (a collective), so every process must
+        # run the same forwards; sharing the head takes a data-dependent extra one.
+        sharded = self._dist.is_zero3 or self._dist.is_fsdp
+        share = self.agentrl_args.share_prompt_prefix and not self.args.gradient_checkpointing and not sharded
         return token_logprobs(model, rows, self.temperature, share_head=share)
 
     def _micro_loss(self, model: Any, rows: dict[str, torch.Tensor], normalizer: float) -> Any:
@@ -348,6 +400,38 @@ class AgentRLTrainer(GRPOTrainer):
         terms = self._micro_loss(model, batch.rows(0, batch.input_ids.shape[0]), float(batch.loss_mask.sum()))
         return terms.loss
 
+    def _step_plan(self, local_tokens: float, local_chunks: int) -> tuple[float, int]:
+        """``(normalizer, chunks)``: what each process divides its token-loss sum by, and how many
+        micro-batches every process runs.
+
+        DDP, DeepSpeed and FSDP average the processes' gradients, so a token-mean over the global
+        batch is each process's sum divided by (global tokens / processes). Processes run as many
+        micro-batches as the busiest one (extra ones weigh 0): under ZeRO/FSDP every forward and
+        backward is a collective.
+        """
+        world = self.accelerator.num_processes
+        if world == 1:
+            return local_tokens, local_chunks
+        mine = torch.tensor([[local_tokens, float(local_chunks)]], dtype=torch.float64, device=self.accelerator.device)
+        every = self.accelerator.gather(mine)  # (world, 2)
+        return float(every[:, 0].sum()) / world, int(every[:, 1].max())
+
+    @contextmanager
+    def _gradient_sync(self, model: Any, sync: bool) -> Iterator[None]:
+        """Around one micro-batch's backward: gradients are reduced across processes (and
+        DeepSpeed steps) only on the step's last one; the others accumulate locally."""
+        if sync:
+            yield
+            return
+        state = self.accelerator.gradient_state
+        before = state.sync_gradients
+        state._set_sync_gradients(False)  # DeepSpeed: no engine.step, not an accumulation boundary
+        try:
+            with self.accelerator.no_sync(model):  # DDP / FSDP: no all-reduce
+                yield
+        finally:
+            state._set_sync_gradients(before)
+
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         model.train()
         batch = self._prepare_inputs(inputs)
@@ -360,13 +444,18 @@ class AgentRLTrainer(GRPOTrainer):
         # Rows with the same head (one task's system prompt and tools) go in the same micro-batch,
         # so the forward can share it; the loss does not depend on the order.
         order = sorted(range(n), key=lambda r: (batch.row_task[r], batch.input_ids[r, :64].tolist()))
-        for start in range(0, n, step_rows):
-            rows = batch.select(order[start : start + step_rows])
-            weight = float(rows["loss_mask"][:, 1:].sum()) / max(total, 1.0)
-            with self.compute_loss_context_manager():
-                terms = self._micro_loss(model, rows, total)
-            self.accelerator.backward(terms.loss)
-            loss_total += terms.loss.detach()
+        chunks = [order[start : start + step_rows] for start in range(0, n, step_rows)]
+        normalizer, planned = self._step_plan(total, len(chunks))
+        for i in range(planned):
+            padding = i >= len(chunks)  # a repeat of the first micro-batch, weighted 0
+            rows = batch.select(chunks[0] if padding else chunks[i])
+            weight = 0.0 if padding else float(rows["loss_mask"][:, 1:].sum()) / max(total, 1.0)
+            with self._gradient_sync(model, sync=i == planned - 1):
+                with self.compute_loss_context_manager():
+                    terms = self._micro_loss(model, rows, normalizer)
+                loss = terms.loss * 0.0 if padding else terms.loss
+                self.accelerator.backward(loss)
+            loss_total += loss.detach()
             for key in ("pg_loss", "kl", "clip_fraction", "dual_clip_fraction", "ratio_mean"):
                 sums[key] += float(getattr(terms, key)) * weight
         for key, value in sums.items():
