@@ -16,6 +16,11 @@
 
 Task options (``--option K=V``) may also come from the environment as ``AGENTRL_<TASK>_<K>``,
 e.g. ``AGENTRL_DB_BACKEND=mysql``; the command line wins.
+
+Authentication and TLS (docs/security.md): the controller takes client tokens
+(``AGENTRL_CLIENT_TOKEN``, ``--client-tokens-file``) and a worker secret (``AGENTRL_WORKER_SECRET``),
+the worker its secret; neither serves beyond loopback without them unless ``--insecure``;
+``--ssl-certfile``/``--ssl-keyfile`` serve HTTPS, ``--ca-file`` verifies the other side's.
 """
 
 from __future__ import annotations
@@ -34,10 +39,24 @@ from typing import Any
 from .errors import AgentRLEnvsError
 
 
-def _uvicorn_run(app: Any, host: str, port: int, log_level: str, *, reserve_fds: int = 512) -> None:
+def _uvicorn_run(app: Any, host: str, port: int, log_level: str, *, reserve_fds: int = 512, a: Any = None) -> None:
     from .httpapi import run_server
 
-    run_server(app, host, port, log_level, reserve_fds=reserve_fds)
+    tls = {"ssl_certfile": a.ssl_certfile, "ssl_keyfile": a.ssl_keyfile} if a is not None else {}
+    run_server(app, host, port, log_level, reserve_fds=reserve_fds, **tls)
+
+
+def _secret(value: str | None, env: str) -> str | None:
+    from .auth import env_token
+
+    return value or env_token(env)
+
+
+def _ssl_context(ca_file: str | None) -> Any:
+    """What verifies the other side's certificate: ``--ca-file``, else the system store."""
+    import ssl
+
+    return ssl.create_default_context(cafile=ca_file) if ca_file else None
 
 
 def option_env_var(task: str, key: str) -> str:
@@ -77,18 +96,41 @@ def task_options(task: str, pairs: list[str] | None) -> dict[str, Any]:
 
 
 def cmd_controller(a: argparse.Namespace) -> int:
+    from .auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, controller_authenticator, require_auth_off_loopback
     from .controller import ControllerService, create_controller_app
 
+    shared = [t for t in [_secret(None, CLIENT_TOKEN_ENV), *(a.client_token or [])] if t]
+    worker_secret = _secret(a.worker_secret, WORKER_SECRET_ENV)
+    auth = controller_authenticator(
+        client_tokens=shared,
+        tokens_file=a.client_tokens_file,
+        worker_secret=worker_secret,
+        max_sessions=a.max_sessions_per_client,
+        starts_per_minute=a.starts_per_minute_per_client,
+    )
+    require_auth_off_loopback(
+        a.host,
+        auth,
+        insecure=a.insecure,
+        what="controller",
+        how=f"set {CLIENT_TOKEN_ENV} (or --client-tokens-file) and {WORKER_SECRET_ENV}",
+    )
+    if auth.enabled and not worker_secret:
+        raise AgentRLEnvsError(f"client tokens without a worker secret: no worker could register; set {WORKER_SECRET_ENV}")
     service = ControllerService(
         heartbeat_timeout=a.heartbeat_timeout,
         dead_after=a.dead_after,
         idle_timeout=a.idle_timeout,
         interaction_timeout=a.interaction_timeout,
         multiplex=a.worker_transport == "auto",
+        worker_secret=worker_secret,
+        worker_ssl=_ssl_context(a.ca_file),
     )
-    print(f"controller listening on http://{a.host}:{a.port}/api", flush=True)
+    scheme = "https" if a.ssl_certfile else "http"
+    state = "tokens required" if auth.enabled else "no authentication"
+    print(f"controller listening on {scheme}://{a.host}:{a.port}/api ({state})", flush=True)
     # The controller also holds connections to its workers (at most UPSTREAM_MAX_CONNECTIONS each).
-    _uvicorn_run(create_controller_app(service), a.host, a.port, a.log_level, reserve_fds=4096)
+    _uvicorn_run(create_controller_app(service, auth=auth), a.host, a.port, a.log_level, reserve_fds=4096, a=a)
     return 0
 
 
@@ -100,7 +142,15 @@ def cmd_worker(a: argparse.Namespace) -> int:
     cls = get_task(a.task)
     split = a.split if a.split or a.data else (cls.splits[0] if cls.splits else None)
     runtime = TaskRuntime(cls, split=split, data=a.data, config=task_options(a.task, a.option))
-    self_address = a.self_address or f"http://{a.host}:{a.port}/api"
+    from .auth import WORKER_SECRET_ENV, require_auth_off_loopback, split_userinfo, worker_authenticator
+
+    worker_secret = _secret(a.worker_secret, WORKER_SECRET_ENV)
+    if not worker_secret and a.controller:
+        worker_secret = split_userinfo(a.controller)[1]  # the secret in the controller URL's userinfo
+    auth = worker_authenticator(worker_secret)
+    require_auth_off_loopback(a.host, auth, insecure=a.insecure, what="worker", how=f"set {WORKER_SECRET_ENV}")
+    scheme = "https" if a.ssl_certfile else "http"
+    self_address = a.self_address or f"{scheme}://{a.host}:{a.port}/api"
     service = WorkerService(
         runtime,
         concurrency=a.concurrency,
@@ -108,9 +158,11 @@ def cmd_worker(a: argparse.Namespace) -> int:
         controller_url=a.controller,
         self_address=self_address,
         heartbeat_interval=a.heartbeat_interval,
+        worker_secret=worker_secret,
+        verify=_ssl_context(a.ca_file) or True,
     )
     print(f"worker {a.task!r} ({len(runtime.indices)} samples) at {self_address}", flush=True)
-    _uvicorn_run(create_worker_app(service), a.host, a.port, a.log_level)
+    _uvicorn_run(create_worker_app(service, auth=auth), a.host, a.port, a.log_level, a=a)
     return 0
 
 
@@ -119,17 +171,49 @@ def cmd_up(a: argparse.Namespace) -> int:
 
     tasks = [t for t in a.tasks.split(",") if t]
     options = {t: task_options(t, a.option if len(tasks) == 1 else None) for t in tasks}
+    from .auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, env_token, is_loopback, new_token
+
     if a.backend == "docker":
         from .containers.up import cmd_up_docker
 
+        if not is_loopback(a.host) and not a.insecure:
+            raise AgentRLEnvsError(
+                f"up --backend docker does not pass tokens into its containers yet: on {a.host} its controller would be "
+                "open to anyone who reaches it. Use --host 127.0.0.1 (and a TLS proxy with auth in front), the local "
+                "backend, or --insecure (docs/security.md)"
+            )
         return cmd_up_docker(a, options)
+    # Beyond loopback: tokens, generated unless given in the environment, printed once.
+    client_token = env_token(CLIENT_TOKEN_ENV)
+    worker_secret = env_token(WORKER_SECRET_ENV)
+    if not is_loopback(a.host) and not a.insecure:
+        client_token = client_token or new_token()
+        worker_secret = worker_secret or new_token()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with LocalStack(tasks, split=a.split, task_options=options, port=a.port, log_dir=a.log_dir, quiet=False) as stack:
+    with LocalStack(
+        tasks,
+        split=a.split,
+        task_options=options,
+        host=a.host,
+        port=a.port,
+        log_dir=a.log_dir,
+        quiet=False,
+        client_token=client_token,
+        worker_secret=worker_secret,
+        insecure=a.insecure,
+    ) as stack:
         # From here Ctrl-C only sets the flag: a KeyboardInterrupt raised inside a subprocess or
         # docker-client call could leave a lock held that the teardown then waits on forever.
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         print(f"controller: {stack.url}/api   tasks: {', '.join(tasks)}   logs: {stack.log_dir}", flush=True)
+        if client_token and not env_token(CLIENT_TOKEN_ENV):
+            print(
+                f"listening on {a.host}: tokens required. Clients: {CLIENT_TOKEN_ENV}={client_token}  "
+                f"(or http://agentrl:{client_token}@HOST:{stack.port}/api)\n"
+                f"workers on other hosts: {WORKER_SECRET_ENV}={worker_secret}  (keep both secret)",
+                flush=True,
+            )
         print("press Ctrl-C to stop", flush=True)
         try:
             while not stop.wait(1.0):
@@ -307,6 +391,17 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--host", default="127.0.0.1")
         sp.add_argument("--port", type=int, default=port)
         sp.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+        sp.add_argument(
+            "--worker-secret",
+            help="the secret between controller and workers (prefer the environment: AGENTRL_WORKER_SECRET; "
+            "a command line is visible to other users of the host)",
+        )
+        sp.add_argument("--insecure", action="store_true", help="serve beyond loopback without authentication (not recommended)")
+        sp.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM; with --ssl-keyfile)")
+        sp.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
+        sp.add_argument(
+            "--ca-file", help="CA bundle (PEM) that verifies the other side's HTTPS certificate (default: the system store)"
+        )
 
     def data_args(sp: argparse.ArgumentParser) -> None:
         g = sp.add_mutually_exclusive_group()
@@ -327,6 +422,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--idle-timeout", type=float, default=300.0, help="seconds before an idle session is cancelled")
     sp.add_argument("--interaction-timeout", type=float, default=240.0, help="seconds a worker may take over one request")
+    sp.add_argument(
+        "--client-token",
+        action="append",
+        help="a token clients must send (repeatable; prefer the environment: AGENTRL_CLIENT_TOKEN)",
+    )
+    sp.add_argument(
+        "--client-tokens-file",
+        help="per-client tokens, one a line: NAME TOKEN [admin] [max_sessions=N] [starts_per_minute=R]",
+    )
+    sp.add_argument("--max-sessions-per-client", type=int, help="default quota: sessions one token may hold open at once")
+    sp.add_argument("--starts-per-minute-per-client", type=float, help="default quota: sessions one token may start per minute")
     sp.add_argument(
         "--worker-transport",
         choices=["auto", "http"],
@@ -356,7 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--port", type=int, default=5020)
     sp.add_argument("--log-dir")
     sp.add_argument("--backend", choices=["local", "docker"], default="local", help="local processes or containers")
-    sp.add_argument("--host", default="127.0.0.1", help="docker backend: listen address (0.0.0.0 lets other hosts join)")
+    sp.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the controller's listen address (0.0.0.0 lets other hosts join: tokens are then generated and printed)",
+    )
+    sp.add_argument("--insecure", action="store_true", help="beyond loopback without tokens (not recommended)")
     sp.set_defaults(func=cmd_up)
 
     sp = sub.add_parser("build", help="build the base, controller and worker images locally (needs a Docker engine)")

@@ -5,6 +5,13 @@ Errors map onto :mod:`agentrl_envs.errors`: a refused connection or a 5xx is an
 :class:`~agentrl_envs.errors.SessionError` (the caller's bug), except ``410 session_lost`` (the
 session was opened on an earlier run of a controller that has since restarted):
 :class:`~agentrl_envs.errors.SessionLostError`, an infrastructure failure (retry the sample).
+
+Authentication (docs/security.md): ``token=`` (default: the ``AGENTRL_CLIENT_TOKEN`` environment
+variable, else a token in the URL's userinfo, ``http://agentrl:TOKEN@host:5020``) is sent as
+``Authorization: Bearer``; a ``401``/``403`` is :class:`~agentrl_envs.errors.AuthenticationError`
+/ :class:`~agentrl_envs.errors.ForbiddenError`, a ``429`` :class:`~agentrl_envs.errors.QuotaExceededError`.
+``verify``: a CA bundle path (an https controller with its own certificate), an
+``ssl.SSLContext``, or True for the system store.
 """
 
 from __future__ import annotations
@@ -17,12 +24,16 @@ from typing import Any
 
 import httpx
 
+from .auth import CLIENT_TOKEN_ENV, bearer, env_token, split_userinfo
 from .errors import (
     AgentRLEnvsError,
+    AuthenticationError,
     CapacityError,
     ControllerError,
+    ForbiddenError,
     NoWorkerError,
     OverloadedError,
+    QuotaExceededError,
     SessionBusyError,
     SessionError,
     SessionFinishedError,
@@ -46,6 +57,9 @@ _BY_CODE: dict[str, type[AgentRLEnvsError]] = {
         SessionBusyError,
         SessionFinishedError,
         SessionLostError,
+        AuthenticationError,
+        ForbiddenError,
+        QuotaExceededError,
     )
 }
 
@@ -56,6 +70,12 @@ def api_url(base_url: str) -> str:
     if not url.endswith("/api"):
         url += "/api"
     return url + "/"
+
+
+def _auth(base_url: str, token: str | None) -> tuple[str, dict[str, str]]:
+    """The URL without userinfo, and the header that carries the token (argument, env, URL)."""
+    url, url_token = split_userinfo(base_url)
+    return url, bearer(token or env_token(CLIENT_TOKEN_ENV) or url_token)
 
 
 def _raise_for(response: httpx.Response) -> None:
@@ -90,9 +110,20 @@ def _messages(messages: list[dict[str, Any]] | list[Message]) -> list[dict[str, 
 class AsyncControllerClient:
     """``async with AsyncControllerClient(url) as c: sid, first = await c.start_sample("db", 0)``."""
 
-    def __init__(self, base_url: str, *, timeout: float = 300.0, max_connections: int = 1024) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 300.0,
+        max_connections: int = 1024,
+        token: str | None = None,
+        verify: Any = True,
+    ) -> None:
+        base_url, headers = _auth(base_url, token)
         self._http = httpx.AsyncClient(
             base_url=api_url(base_url),
+            headers=headers,
+            verify=verify,
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
@@ -166,8 +197,11 @@ class AsyncControllerClient:
 class ControllerClient:
     """The synchronous twin of :class:`AsyncControllerClient` (used by the gymnasium env)."""
 
-    def __init__(self, base_url: str, *, timeout: float = 300.0) -> None:
-        self._http = httpx.Client(base_url=api_url(base_url), timeout=httpx.Timeout(timeout, connect=10.0))
+    def __init__(self, base_url: str, *, timeout: float = 300.0, token: str | None = None, verify: Any = True) -> None:
+        base_url, headers = _auth(base_url, token)
+        self._http = httpx.Client(
+            base_url=api_url(base_url), headers=headers, verify=verify, timeout=httpx.Timeout(timeout, connect=10.0)
+        )
 
     def __enter__(self) -> ControllerClient:
         return self

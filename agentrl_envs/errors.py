@@ -27,6 +27,13 @@ AgentRLEnvsError
     ├── SessionBusyError       an interact is already in flight for the session
     ├── SessionFinishedError   the episode has already ended
     ├── ConfirmationRequiredError  cancel_all of every task without force=true (HTTP 403)
+    ├── AuthenticationError    no token, or a wrong one (HTTP 401; agentrl_envs.auth)
+    ├── ForbiddenError         a token without the role the route needs (HTTP 403)
+    ├── QuotaExceededError     the client's token is over its session or start-rate quota (HTTP 429)
+    ├── RequestRejectedError   the HTTP layer refused the request itself (httpapi)
+    │   ├── RequestTooLargeError   a body over the size limit (HTTP 413)
+    │   ├── HeadersTooLargeError   too many or too large headers (HTTP 431)
+    │   └── RequestTimeoutError    the request was not read in time: slow-loris (HTTP 408)
     └── BadModelRequestError   the model server cannot serve the request as asked (HTTP 400, chat.errors)
         └── ContextLengthError the prompt does not fit the model's context
 
@@ -170,3 +177,47 @@ class ConfirmationRequiredError(SessionError):
 class SessionFinishedError(SessionError):
     code = "session_finished"
     http_status = 409
+
+
+class AuthenticationError(SessionError):
+    """No token, or one this server does not know (docs/security.md)."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
+class ForbiddenError(SessionError):
+    """A valid token without the role the route needs (a client token on a worker route)."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class QuotaExceededError(SessionError):
+    """The client's token is over a quota: ``data`` names the ``limit`` (``max_sessions`` or
+    ``starts_per_minute``), its value, and for the rate ``retry_after_s``."""
+
+    code = "quota_exceeded"
+    http_status = 429
+
+
+class RequestRejectedError(SessionError):
+    """The HTTP layer refused the request before any route saw it."""
+
+    code = "request_rejected"
+    http_status = 400
+
+
+class RequestTooLargeError(RequestRejectedError):
+    code = "request_too_large"
+    http_status = 413
+
+
+class HeadersTooLargeError(RequestRejectedError):
+    code = "headers_too_large"
+    http_status = 431
+
+
+class RequestTimeoutError(RequestRejectedError):
+    code = "request_timeout"
+    http_status = 408

@@ -3,6 +3,11 @@
 Every error leaves as ``{"detail": str, "error": code, "data": {...}}`` (:class:`schema.ErrorBody`)
 with the status code of its exception class; a body that fails validation is a 422 whose detail
 names the offending field.
+
+Every route but ``/health`` asks for a token when the app's :class:`~agentrl_envs.auth.Authenticator`
+has any (:class:`FastRoutes` for requests through ASGI, the protocol itself for the fast routes and
+the multiplexed upgrade), and the protocol refuses what no route should see (:class:`HttpLimits`):
+oversized bodies (413), header floods (431) and requests read too slowly (408, slow-loris).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -18,7 +24,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from .errors import AgentRLEnvsError, InternalError, InvalidRequestError, OverloadedError
+from .auth import ADMIN, OPEN_PATHS, Authenticator
+from .errors import (
+    AgentRLEnvsError,
+    HeadersTooLargeError,
+    InternalError,
+    InvalidRequestError,
+    OverloadedError,
+    RequestTimeoutError,
+    RequestTooLargeError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +129,13 @@ async def run_fast_handler(
         return err.http_status, {}, error_payload(err)
 
 
+def _authorization(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name == b"authorization":
+            return value
+    return None
+
+
 class FastRoutes:
     """An ASGI front that serves a few hot routes without FastAPI's routing and middleware stack.
 
@@ -121,15 +143,45 @@ class FastRoutes:
     gets the request headers and raw body and returns a JSON-able value; errors leave in the
     same shape and with the same status codes as from the FastAPI handlers. Every other request
     (and lifespan) goes to the wrapped app, whose own routes document the fast ones.
+
+    It also checks every request's token (``auth``) against the role its path needs
+    (``roles[path]``, else ``default_role``: a route added later is guarded, never open by
+    omission); ``/health`` is open. The checked principal rides in ``scope["principal"]``.
     """
 
-    def __init__(self, app: FastAPI, routes: dict[tuple[str, str], FastHandler]) -> None:
+    def __init__(
+        self,
+        app: FastAPI,
+        routes: dict[tuple[str, str], FastHandler],
+        *,
+        auth: Authenticator | None = None,
+        roles: dict[str, str] | None = None,
+        default_role: str = ADMIN,
+    ) -> None:
         self.app = app
         self.state = app.state
         self.routes = routes
+        self.auth = auth or Authenticator()
+        self.roles = roles or {}
+        self.default_role = default_role
+
+    def role_of(self, path: str) -> str | None:
+        """The role a request for ``path`` needs; None for an open path."""
+        return None if path in OPEN_PATHS else self.roles.get(path, self.default_role)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        handler = self.routes.get((scope.get("method", ""), scope.get("path", ""))) if scope["type"] == "http" else None
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        role = self.role_of(path)
+        if role is not None and self.auth.enabled:
+            try:
+                scope["principal"] = self.auth.check(_authorization(scope["headers"]), role)
+            except AgentRLEnvsError as e:
+                await _send_error(send, e)
+                return
+        handler = self.routes.get((scope.get("method", ""), path))
         if handler is None:
             await self.app(scope, receive, send)
             return
@@ -149,7 +201,34 @@ class FastRoutes:
         await send({"type": "http.response.body", "body": payload})
 
 
+async def _send_error(send: Any, err: AgentRLEnvsError) -> None:
+    payload = error_payload(err)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    if err.http_status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="agentrl", Basic realm="agentrl"'))
+    await send({"type": "http.response.start", "status": err.http_status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
 # --------------------------------------------------------------------------- serving
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """What the protocol refuses before any route sees it (each with a clear 4xx and a close)."""
+
+    max_body: int = 64 << 20  # bytes of one request body (413); a custom_task may carry data
+    max_header_bytes: int = 64 << 10  # request line + headers (431)
+    max_headers: int = 128  # header lines (431)
+    read_timeout: float = 60.0  # seconds to receive one whole request once it begins, or the first (408)
+
+
+class _Reject(Exception):
+    """Raised from a parser callback: answer ``error`` and close the connection."""
+
+    def __init__(self, error: AgentRLEnvsError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def raise_fd_limit(reserve: int) -> int:
@@ -191,7 +270,12 @@ def _status_line(status: int) -> bytes:
     return f"HTTP/1.1 {status} {phrase}\r\n".encode("latin-1")
 
 
-def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandler] | None = None) -> type:
+def http_protocol(
+    max_connections: int,
+    routes: dict[tuple[str, str], FastHandler] | FastRoutes | None = None,
+    *,
+    limits: HttpLimits | None = None,
+) -> type:
     """uvicorn's httptools protocol with two additions, for thousands of agent connections:
 
     * **Fast routes**: a request for one of ``routes`` (the hot ``start_sample`` / ``interact``)
@@ -209,6 +293,11 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
       descriptors (the client would hang in the listen backlog). uvicorn's own
       ``limit_concurrency`` counts requests in flight too, which at 10,000 keep-alive sessions
       legitimately run past the connection count.
+    * **Authentication and limits**: given the app's :class:`FastRoutes` (``routes``), a fast
+      route or the multiplexed upgrade is refused (401/403, then a close) unless its
+      ``authorization`` header passes the app's :class:`~agentrl_envs.auth.Authenticator`, checked
+      before the body is read (a dict lookup and ``compare_digest`` on the raw header bytes);
+      :class:`HttpLimits` bound body size, headers and the time to read a request.
     """
     from urllib.parse import unquote
 
@@ -217,7 +306,12 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
 
     from . import mux
 
-    routes = routes or {}
+    limits = limits or HttpLimits()
+    front = routes if isinstance(routes, FastRoutes) else None
+    routes = front.routes if front is not None else (routes or {})
+    auth = front.auth if front is not None and front.auth.enabled else None
+    # (method, path) of each fast route -> (handler, role it needs)
+    fast = {key: (handler, front.role_of(key[1]) if front is not None else None) for key, handler in routes.items()}
     refusal_body = error_payload(
         OverloadedError(
             f"this server is at its limit of {max_connections} connections (set by `ulimit -n`); retry later",
@@ -234,6 +328,9 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
         _fast: FastHandler | None = None
         _fast_busy = False
         _refused = False
+        _head_bytes = 0
+        _body_bytes = 0
+        _read_timer: Any = None
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             if len(self.connections) >= max_connections:
@@ -243,10 +340,58 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
                 transport.close()
                 return
             super().connection_made(transport)
+            self._arm_read_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_read_timer()
             if not self._refused:
                 super().connection_lost(exc)
+
+        # Slow-loris: a request (or a new connection's first) must arrive whole within read_timeout.
+        def _arm_read_timer(self) -> None:
+            if self._read_timer is None:
+                self._read_timer = self.loop.call_later(limits.read_timeout, self._read_timed_out)
+
+        def _disarm_read_timer(self) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+
+        def _read_timed_out(self) -> None:
+            self._read_timer = None
+            if not self.transport.is_closing():
+                self._reject(RequestTimeoutError(f"the request was not received within {limits.read_timeout:g} s"))
+
+        def _reject(self, err: AgentRLEnvsError) -> None:
+            """Answer ``err`` in the one error shape and close: the rest of the request is not read."""
+            self._disarm_read_timer()
+            if self.transport.is_closing():
+                return
+            payload = error_payload(err)
+            self.transport.write(
+                _status_line(err.http_status)
+                + b"content-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n" % len(payload)
+                + payload
+            )
+            self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            self._unset_keepalive_if_required()
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserCallbackError as e:
+                if isinstance(e.__context__, _Reject):
+                    self._reject(e.__context__.error)
+                else:
+                    raise
+            except httptools.HttpParserError:
+                self._reject(InvalidRequestError("invalid HTTP request"))
+            except httptools.HttpParserUpgrade:
+                self._disarm_read_timer()
+                if self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
 
         # The scope is built only for requests that go to the ASGI app.
         def on_message_begin(self) -> None:
@@ -254,17 +399,51 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
             self.headers = []
             self.expect_100_continue = False
             self._fast = None
+            self._head_bytes = self._body_bytes = 0
+            self._arm_read_timer()
+
+        def on_url(self, url: bytes) -> None:
+            self._head_bytes += len(url)
+            if self._head_bytes > limits.max_header_bytes:
+                raise _Reject(HeadersTooLargeError(f"the request line is over {limits.max_header_bytes} bytes"))
+            self.url += url
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._head_bytes += len(name) + len(value)
+            if self._head_bytes > limits.max_header_bytes or len(self.headers) >= limits.max_headers:
+                raise _Reject(
+                    HeadersTooLargeError(
+                        f"request headers over the limit ({limits.max_headers} headers, {limits.max_header_bytes} bytes)"
+                    )
+                )
+            super().on_header(name, value)
+
+        def _check_head(self, role: str | None) -> None:
+            """Refuse before the body is read: a wrong token, or a declared body over the limit."""
+            if auth is not None and role is not None:
+                try:
+                    auth.check(_authorization(self.headers), role)
+                except AgentRLEnvsError as e:
+                    raise _Reject(e) from None
+            if self.parser.get_method() != b"GET":
+                for name, value in self.headers:
+                    if name == b"content-length" and value.isdigit() and int(value) > limits.max_body:
+                        raise _Reject(RequestTooLargeError(f"the request body is over {limits.max_body} bytes"))
 
         def on_headers_complete(self) -> None:
             method = self.parser.get_method().decode("ascii")
             path = httptools.parse_url(self.url).path.decode("ascii")
-            handler = routes.get((method, unquote(path) if "%" in path else path))
-            if handler is not None and not self.parser.should_upgrade():
+            path = unquote(path) if "%" in path else path
+            hit = fast.get((method, path))
+            if hit is not None and not self.parser.should_upgrade():
                 if self._fast_busy:
                     self.send_400_response("HTTP pipelining is not supported here: wait for each answer")
                     return
-                self._fast, self._fast_body = handler, []
+                self._check_head(hit[1])
+                self._fast, self._fast_body = hit[0], []
                 return
+            # The mux upgrade's token is checked in _should_upgrade (refused: a plain GET, 401).
+            self._check_head(None if self.parser.should_upgrade() or front is None else front.role_of(path))
             url, headers, expect = self.url, self.headers, self.expect_100_continue
             super().on_message_begin()  # builds the ASGI scope, resets url and headers
             self.url, self.expect_100_continue = url, expect
@@ -272,12 +451,16 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
             super().on_headers_complete()
 
         def on_body(self, body: bytes) -> None:
+            self._body_bytes += len(body)
+            if self._body_bytes > limits.max_body:
+                raise _Reject(RequestTooLargeError(f"the request body is over {limits.max_body} bytes"))
             if self._fast is not None:
                 self._fast_body.append(body)
             elif not self.transport.is_closing():
                 super().on_body(body)
 
         def on_message_complete(self) -> None:
+            self._disarm_read_timer()
             handler = self._fast
             if handler is None:
                 if not self.transport.is_closing():
@@ -319,6 +502,12 @@ def http_protocol(max_connections: int, routes: dict[tuple[str, str], FastHandle
 
         def _should_upgrade(self) -> bool:
             if self._get_upgrade() == mux.UPGRADE_TOKEN:
+                if auth is not None and front is not None:
+                    role = front.role_of(httptools.parse_url(self.url).path.decode("ascii", "replace"))
+                    if role is not None:
+                        p = auth.principal(_authorization(self.headers))
+                        if p is None or role not in p.roles:
+                            return False  # then answered 401/403 as a plain GET
                 return bool(self._mux_routes())
             return super()._should_upgrade()
 
@@ -353,10 +542,23 @@ def _mux_handler(handler: FastHandler, where: str) -> Any:
     return serve
 
 
-def run_server(app: Any, host: str, port: int, log_level: str, *, reserve_fds: int = 512) -> None:
-    """Serve ``app`` with uvicorn, set up for thousands of keep-alive agent connections."""
+def run_server(
+    app: Any,
+    host: str,
+    port: int,
+    log_level: str,
+    *,
+    reserve_fds: int = 512,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+    limits: HttpLimits | None = None,
+) -> None:
+    """Serve ``app`` with uvicorn, set up for thousands of keep-alive agent connections; HTTPS
+    when given a certificate and its key (PEM files)."""
     import uvicorn
 
+    if bool(ssl_certfile) != bool(ssl_keyfile):
+        raise AgentRLEnvsError("HTTPS needs both --ssl-certfile and --ssl-keyfile")
     connections = raise_fd_limit(reserve_fds)
     print(f"admitting up to {connections} connections (then 503; raise `ulimit -n` for more)", flush=True)
     tune_gc_for_serving()
@@ -367,7 +569,7 @@ def run_server(app: Any, host: str, port: int, log_level: str, *, reserve_fds: i
         log_level=log_level,
         access_log=False,
         loop="uvloop",
-        http=http_protocol(connections, app.routes if isinstance(app, FastRoutes) else None),
+        http=http_protocol(connections, app if isinstance(app, FastRoutes) else None, limits=limits),
         timeout_keep_alive=75,
         # Thousands of agents connect at once when a run starts; the kernel caps this at
         # net.core.somaxconn.
@@ -376,4 +578,6 @@ def run_server(app: Any, host: str, port: int, log_level: str, *, reserve_fds: i
         proxy_headers=False,
         server_header=False,
         date_header=False,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
     )

@@ -183,17 +183,22 @@ class MuxClient(_Framed):
         self.error: Exception | None = None  # why it closed, for the requests it fails
 
     @classmethod
-    async def open(cls, host: str, port: int, prefix: str, timeout: float) -> tuple[int, MuxClient | None]:
+    async def open(
+        cls, host: str, port: int, prefix: str, timeout: float, *, headers: str = "", ssl_context: Any = None
+    ) -> tuple[int, MuxClient | None]:
         """Connect and ask for the upgrade: ``(101, client)``, or ``(status, None)`` when the
-        worker answers anything else (it does not speak this transport). Raises ``OSError`` when
-        it cannot connect, ``TimeoutError`` when it does not answer within ``timeout``."""
+        worker answers anything else (it does not speak this transport; 401: a wrong worker
+        secret). ``headers``: extra ``Name: value\\r\\n`` lines (the worker secret); ``ssl_context``:
+        TLS to an https worker. Raises ``OSError`` when it cannot connect, ``TimeoutError`` when
+        it does not answer within ``timeout``."""
         loop = asyncio.get_running_loop()
-        _, self = await asyncio.wait_for(loop.create_connection(cls, host, port), timeout)
+        tls = {"ssl": ssl_context, "server_hostname": host} if ssl_context is not None else {}
+        _, self = await asyncio.wait_for(loop.create_connection(cls, host, port, **tls), timeout)
         self._handshake = loop.create_future()
         assert self.transport is not None
         self.transport.write(
-            b"GET %s%s HTTP/1.1\r\nhost: %s:%d\r\nconnection: upgrade\r\nupgrade: %s\r\n\r\n"
-            % (prefix.encode("latin-1"), PATH.encode(), host.encode("latin-1"), port, UPGRADE_TOKEN)
+            b"GET %s%s HTTP/1.1\r\nhost: %s:%d\r\n%sconnection: upgrade\r\nupgrade: %s\r\n\r\n"
+            % (prefix.encode("latin-1"), PATH.encode(), host.encode("latin-1"), port, headers.encode("latin-1"), UPGRADE_TOKEN)
         )
         try:
             head = await asyncio.wait_for(self._handshake, timeout)

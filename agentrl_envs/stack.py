@@ -65,14 +65,22 @@ class ServerThread:
     """A uvicorn server (controller or worker app) on a loopback port, in a thread of its own: for
     tests and the conformance suite, where separate processes cannot load the task class."""
 
-    def __init__(self, app: Any, port: int | None = None) -> None:
+    def __init__(
+        self,
+        app: Any,
+        port: int | None = None,
+        *,
+        limits: Any = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+    ) -> None:
         import uvicorn
 
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if ssl_certfile else 'http'}://127.0.0.1:{self.port}"
         from .httpapi import FastRoutes, http_protocol
 
-        routes = app.routes if isinstance(app, FastRoutes) else None
+        routes = app if isinstance(app, FastRoutes) else None
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
@@ -80,7 +88,9 @@ class ServerThread:
             log_level="warning",
             access_log=False,
             loop="asyncio",
-            http=http_protocol(10_000, routes),  # the protocol run_server serves with
+            http=http_protocol(10_000, routes, limits=limits),  # the protocol run_server serves with
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"server-{self.port}")
@@ -133,6 +143,9 @@ class LocalStack:
         log_dir: str | Path | None = None,
         startup_timeout: float = 120.0,
         quiet: bool = True,
+        client_token: str | None = None,
+        worker_secret: str | None = None,
+        insecure: bool = False,
     ) -> None:
         if not tasks:
             raise ValueError("LocalStack needs at least one task")
@@ -141,8 +154,14 @@ class LocalStack:
         self.data = data or {}
         self.task_options = task_options or {}
         self.host = host
+        # Workers are local: they listen on loopback unless given a specific address.
+        self.worker_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         self.port = port or free_port(host)
-        self.url = f"http://{host}:{self.port}"
+        self.url = f"http://{self.worker_host}:{self.port}"
+        # Passed to the processes in their environment (never their command line, which `ps` shows).
+        self.client_token = client_token
+        self.worker_secret = worker_secret
+        self.insecure = insecure
         # A log dir we made is removed on a clean stop; one the caller named is always kept.
         self._own_log_dir = log_dir is None
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="agentrl-stack-"))
@@ -163,8 +182,15 @@ class LocalStack:
         self.stop(keep_logs=exc_type is not None)
 
     def start(self) -> None:
+        from .auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV
+
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.client_token:
+            env[CLIENT_TOKEN_ENV] = self.client_token
+        if self.worker_secret:
+            env[WORKER_SECRET_ENV] = self.worker_secret
         level = ["--log-level", "warning"] if self.quiet else []
+        level += ["--insecure"] if self.insecure else []
         self.processes.append(
             ManagedProcess(
                 "controller",
@@ -174,7 +200,8 @@ class LocalStack:
             )
         )
         for task in self.tasks:
-            args = ["worker", task, "--controller", self.url, "--host", self.host, "--port", str(free_port(self.host)), *level]
+            port = str(free_port(self.worker_host))
+            args = ["worker", task, "--controller", self.url, "--host", self.worker_host, "--port", port, *level]
             args += worker_args(split=self.split, data=self.data.get(task), options=self.task_options.get(task))
             self.processes.append(ManagedProcess(f"worker-{task}", _cli(*args), self.log_dir / f"worker-{task}.log", env))
         self._wait_ready()
@@ -182,7 +209,9 @@ class LocalStack:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
         pending = set(self.tasks)
-        with httpx.Client(timeout=2.0) as http:
+        from .auth import bearer
+
+        with httpx.Client(timeout=2.0, headers=bearer(self.client_token)) as http:
             while pending:
                 for p in self.processes:
                     if not p.alive():

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 import time
 import uuid
 from collections import OrderedDict
@@ -46,6 +47,7 @@ from typing import Any
 import httpx
 import orjson
 
+from ..auth import ADMIN, Principal, bearer
 from ..errors import (
     CapacityError,
     ConfirmationRequiredError,
@@ -118,6 +120,7 @@ class Session:
     busy: bool = False
     created: float = field(default_factory=time.monotonic)
     last_active: float = field(default_factory=time.monotonic)
+    owner: Principal | None = None  # whose token started it (its quota; only it may step it)
 
 
 class ControllerService:
@@ -131,12 +134,17 @@ class ControllerService:
         remember_ended: int = 100_000,
         metrics: ControllerMetrics | None = None,
         multiplex: bool = True,
+        worker_secret: str | None = None,
+        worker_ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.heartbeat_timeout = heartbeat_timeout
         self.dead_after = dead_after
         self.idle_timeout = idle_timeout
         self.interaction_timeout = interaction_timeout
         self.multiplex = multiplex  # steps over one multiplexed connection per worker that offers it
+        # Sent on every request to a worker (docs/security.md); the context verifies https workers.
+        self._worker_headers = bearer(worker_secret)
+        self.worker_ssl = worker_ssl
         self.metrics = metrics or ControllerMetrics()
         self._step_metrics: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._ended_metrics: dict[tuple[str, str], Any] = {}
@@ -162,7 +170,7 @@ class ControllerService:
     # ------------------------------------------------------------------ lifecycle
 
     async def startup(self) -> None:
-        self._http = UpstreamPool(multiplex=self.multiplex)
+        self._http = UpstreamPool(multiplex=self.multiplex, headers=self._worker_headers, ssl_context=self.worker_ssl)
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
     async def shutdown(self) -> None:
@@ -197,6 +205,10 @@ class ControllerService:
         self._background(self._reconcile(w))
         return w
 
+    def _probe_client(self) -> httpx.AsyncClient:
+        """A client of its own for probes and reconciliations, with the worker secret."""
+        return httpx.AsyncClient(timeout=self.probe_timeout, headers=self._worker_headers, verify=self.worker_ssl or True)
+
     def _background(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._probes.add(task)
@@ -212,7 +224,7 @@ class ControllerService:
         orphans: list[int] = []
         ended: list[int] = []
         try:
-            async with httpx.AsyncClient(timeout=self.probe_timeout) as client:
+            async with self._probe_client() as client:
                 r = await client.get(f"{w.address}/get_sessions")
                 r.raise_for_status()
                 held = {int(sid) for sid in r.json()}
@@ -294,6 +306,8 @@ class ControllerService:
             s.worker.sessions.discard(sid)
             self.metrics.active.labels(s.name).dec()
             name = s.name
+            if s.owner is not None:
+                s.owner.release_session()
         if name is not None and (s is not None or sid not in self.ended):
             key = (name, value)
             counter = self._ended_metrics.get(key)
@@ -304,9 +318,11 @@ class ControllerService:
         while len(self.ended) > self._remember_ended:
             self.ended.popitem(last=False)
 
-    def _session(self, sid: int) -> Session:
+    def _session(self, sid: int, owner: Principal | None = None) -> Session:
         s = self.sessions.get(sid)
         if s is not None:
+            if owner is not None and s.owner is not None and s.owner is not owner and ADMIN not in owner.roles:
+                raise UnknownSessionError(f"no session {sid}")  # another client's: not there for this one
             return s
         if sid in self.ended:
             status, why = self.ended[sid]
@@ -330,7 +346,27 @@ class ControllerService:
         except (UpstreamError, orjson.JSONDecodeError) as e:
             raise WorkerUnreachableError(f"worker {w.address} failed on {path}: {e}") from e
 
-    async def start_sample(self, name: str, index: SampleIndex, custom_task: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+    async def start_sample(
+        self, name: str, index: SampleIndex, custom_task: dict[str, Any] | None, owner: Principal | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """Start a session of ``name`` on the live worker with the most free slots. ``owner``: the
+        client's token, whose quota (sessions open, starts per minute) it counts against
+        (:class:`~agentrl_envs.errors.QuotaExceededError` when over) and who alone may step it."""
+        if owner is None:
+            return await self._start_sample(name, index, custom_task, None)
+        owner.reserve_session()  # before any await: concurrent starts cannot overshoot the quota
+        try:
+            sid, out = await self._start_sample(name, index, custom_task, owner)
+        except BaseException:
+            owner.release_session()
+            raise
+        if out["finish"]:  # ended at once: never held a slot
+            owner.release_session()
+        return sid, out
+
+    async def _start_sample(
+        self, name: str, index: SampleIndex, custom_task: dict[str, Any] | None, owner: Principal | None
+    ) -> tuple[int, dict[str, Any]]:
         tried: set[str] = set()
         while True:
             candidates = [w for w in self._workers_of(name) if w.id not in tried]
@@ -375,7 +411,7 @@ class ControllerService:
                 w.sessions.discard(sid)
                 self._end(sid, out["status"], name=name)
             else:
-                self.sessions[sid] = Session(sid, name, index, w)
+                self.sessions[sid] = Session(sid, name, index, w, owner=owner)
                 self.metrics.active.labels(name).inc()
             return sid, out
 
@@ -385,10 +421,10 @@ class ControllerService:
     def _capacity(self, name: str) -> int:
         return sum(w.concurrency for w in self._workers_of(name))
 
-    async def interact(self, sid: int, messages: list[Any]) -> dict[str, Any]:
+    async def interact(self, sid: int, messages: list[Any], owner: Principal | None = None) -> dict[str, Any]:
         if is_renewal(messages):
-            return await self._renew(sid, messages)
-        s = self._session(sid)
+            return await self._renew(sid, messages, owner)
+        s = self._session(sid, owner)
         if s.busy:
             raise SessionBusyError(f"session {sid} is still executing the previous step; send one step at a time")
         s.busy = True
@@ -426,12 +462,12 @@ class ControllerService:
             self._end(sid, out["status"])
         return out
 
-    async def _renew(self, sid: int, messages: list[Any]) -> dict[str, Any]:
+    async def _renew(self, sid: int, messages: list[Any], owner: Principal | None = None) -> dict[str, Any]:
         """A renewal: restart the session's idle clock here and on its worker (forwarded as an
         interact, which the worker treats as a renewal too); no step, no turn. While a step is in
         flight nothing is forwarded (the worker does not expire a session with a step running).
         Not counted in ``agentrl_interacts_total``; ``agentrl_renewals_total`` counts it."""
-        s = self._session(sid)
+        s = self._session(sid, owner)
         s.last_active = time.monotonic()
         self.metrics.renewals.labels(s.name).inc()
         out: dict[str, Any] = {"finish": False, "reward": 0, "status": SampleStatus.RUNNING.value, "messages": [], "metrics": {}}
@@ -471,8 +507,8 @@ class ControllerService:
         self.metrics.interacts.labels(name, SampleStatus.TASK_ERROR.value).inc()
         return {"finish": True, "reward": 0, "status": SampleStatus.TASK_ERROR.value, "messages": [], "metrics": {"error": why}}
 
-    async def cancel(self, sid: int, reason: str = "cancelled by the client") -> None:
-        s = self._session(sid)
+    async def cancel(self, sid: int, reason: str = "cancelled by the client", owner: Principal | None = None) -> None:
+        s = self._session(sid, owner)
         self._end(sid, SampleStatus.CANCELLED, reason)
         with contextlib.suppress(WorkerUnreachableError):
             await self._post(s.worker, "cancel", {"session_id": sid}, 30.0)
@@ -573,7 +609,7 @@ class ControllerService:
         """A silent worker is dead only if it does not answer ``GET /health`` on a connection of
         its own (not queued behind session traffic) within ``probe_timeout``."""
         try:
-            async with httpx.AsyncClient(timeout=self.probe_timeout) as client:
+            async with self._probe_client() as client:
                 await client.get(f"{w.address}/health")
         except httpx.HTTPError as e:
             await self._worker_died(

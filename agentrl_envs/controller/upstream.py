@@ -16,12 +16,16 @@ Contract: ``await pool.post(address, path, body, timeout) -> (status, body_bytes
 sends something that is not HTTP, or does not answer within ``timeout`` seconds.
 ``pool.abort(address, why)`` fails every request in flight to a worker at once. At most
 ``max_connections`` HTTP connections per worker; further requests wait in line for one.
+``headers`` (the worker secret's ``Authorization``) go on every request and on the multiplexed
+upgrade; an ``https://`` worker is spoken to over TLS, verified against ``ssl_context`` (default:
+the system's trust store).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections import deque
 from urllib.parse import urlsplit
@@ -100,10 +104,11 @@ class _Host:
     """The connections to one worker: idle ones, ones with a request in flight, and the requests
     waiting (first come, first served) for one when ``max_connections`` are open."""
 
-    __slots__ = ("target", "idle", "busy", "opening", "waiters", "aborted", "mux", "mux_ok", "mux_opening")
+    __slots__ = ("target", "ssl", "idle", "busy", "opening", "waiters", "aborted", "mux", "mux_ok", "mux_opening")
 
-    def __init__(self, target: tuple[str, int, str]) -> None:
+    def __init__(self, target: tuple[str, int, str], tls: ssl.SSLContext | None = None) -> None:
         self.target = target
+        self.ssl = tls  # set for an https worker
         self.mux: MuxClient | None = None  # the multiplexed connection, once open
         self.mux_ok: bool | None = None  # does the worker speak it (None: not asked yet)
         self.mux_opening: asyncio.Future[MuxClient | None] | None = None
@@ -115,18 +120,30 @@ class _Host:
 
 
 class UpstreamPool:
-    def __init__(self, max_connections: int = UPSTREAM_MAX_CONNECTIONS, multiplex: bool = True) -> None:
+    def __init__(
+        self,
+        max_connections: int = UPSTREAM_MAX_CONNECTIONS,
+        multiplex: bool = True,
+        headers: dict[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.max_connections = max_connections
         self.multiplex = multiplex  # ask workers for the multiplexed transport
+        self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self._ssl = ssl_context
         self._hosts: dict[str, _Host] = {}
 
     def _host(self, address: str) -> _Host:
         h = self._hosts.get(address)
         if h is None:
             parts = urlsplit(address)
-            if parts.scheme != "http" or not parts.hostname:
-                raise UpstreamError(f"worker address must be http://host:port[/prefix], got {address!r}")
-            h = self._hosts[address] = _Host((parts.hostname, parts.port or 80, parts.path.rstrip("/")))
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise UpstreamError(f"worker address must be http(s)://host:port[/prefix], got {address!r}")
+            tls = None
+            if parts.scheme == "https":
+                tls = self._ssl or ssl.create_default_context()
+            default_port = 443 if tls else 80
+            h = self._hosts[address] = _Host((parts.hostname, parts.port or default_port, parts.path.rstrip("/")), tls)
         return h
 
     async def _acquire(self, h: _Host, timeout: float) -> _Connection:
@@ -164,7 +181,10 @@ class UpstreamPool:
         h.opening += 1
         try:
             host, port, _ = h.target
-            _, conn = await loop.create_connection(_Connection, host, port)
+            if h.ssl is None:
+                _, conn = await loop.create_connection(_Connection, host, port)
+            else:
+                _, conn = await loop.create_connection(_Connection, host, port, ssl=h.ssl, server_hostname=host)
         except OSError as e:
             raise UpstreamError(f"cannot connect to {h.target[0]}:{h.target[1]}: {e}") from e
         finally:
@@ -201,7 +221,7 @@ class UpstreamPool:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[tuple[int, bytes]] = loop.create_future()
         conn.waiter = waiter
-        head = f"POST {prefix}/{path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        head = f"POST {prefix}/{path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n{self._extra}Content-Length: {len(body)}\r\n\r\n"
         assert conn.transport is not None
         conn.transport.write(head.encode("latin-1") + body)
         # A timer instead of asyncio.wait_for: no extra task per request on the hot path.
@@ -228,7 +248,7 @@ class UpstreamPool:
     async def _upgrade(self, h: _Host, done: asyncio.Future[MuxClient | None], timeout: float) -> None:
         host, port, prefix = h.target
         try:
-            status, mux = await MuxClient.open(host, port, prefix, timeout)
+            status, mux = await MuxClient.open(host, port, prefix, timeout, headers=self._extra, ssl_context=h.ssl)
         except (OSError, asyncio.TimeoutError) as e:
             error = UpstreamError(f"cannot open a connection to {host}:{port}: {e or type(e).__name__}")
             if not done.done():
@@ -244,6 +264,8 @@ class UpstreamPool:
             return
         if mux is None:
             h.mux_ok = False
+            if status in (401, 403):
+                log.warning("worker at %s:%d refuses this controller's worker secret (%d)", host, port, status)
             log.info("worker at %s:%d answers %d to the multiplexed transport: HTTP/1.1 only", host, port, status)
         else:
             h.mux_ok, h.mux = True, mux

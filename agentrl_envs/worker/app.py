@@ -1,4 +1,7 @@
-"""The worker's HTTP layer: AgentRL's worker endpoints under ``/api``, thin over :class:`WorkerService`."""
+"""The worker's HTTP layer: AgentRL's worker endpoints under ``/api``, thin over :class:`WorkerService`.
+
+With a worker secret (``auth``) every route but ``/health`` (the multiplexed upgrade included)
+answers only a request that carries it: the controller's (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 
+from ..auth import WORKER, Authenticator
 from ..httpapi import FastRoutes, WithHeaders, json_response, parse_body, service_app
 from ..schema import (
     EnvOutput,
@@ -20,7 +24,8 @@ from ..schema import (
 from .service import WorkerService
 
 
-def create_worker_app(service: WorkerService) -> FastRoutes:
+def create_worker_app(service: WorkerService, *, auth: Authenticator | None = None) -> FastRoutes:
+    """The worker's app; ``auth``: :func:`~agentrl_envs.auth.worker_authenticator` of its secret."""
     app = service_app(f"agentrl-envs worker: {service.name}", service)
 
     async def fast_start_sample(_: dict[bytes, bytes], body: bytes) -> WithHeaders:
@@ -87,4 +92,9 @@ def create_worker_app(service: WorkerService) -> FastRoutes:
     async def health() -> Response:
         return json_response({"status": "ok", "task": service.name, **service.status()})
 
-    return FastRoutes(app, {("POST", "/api/interact"): fast_interact, ("POST", "/api/start_sample"): fast_start_sample})
+    return FastRoutes(
+        app,
+        {("POST", "/api/interact"): fast_interact, ("POST", "/api/start_sample"): fast_start_sample},
+        auth=auth,
+        default_role=WORKER,
+    )

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from ..auth import bearer, split_userinfo
 from ..client import api_url
 from ..episode import Episode, TaskRuntime
 from ..errors import CapacityError, SessionBusyError, SessionError, UnknownSessionError
@@ -69,14 +70,22 @@ class WorkerService:
         controller_url: str | None = None,
         self_address: str | None = None,
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+        worker_secret: str | None = None,
+        verify: Any = True,
     ) -> None:
         self.runtime = runtime
         self.concurrency = concurrency or runtime.task_cls.concurrency
         self.idle_timeout = idle_timeout
         self.interaction_timeout = interaction_timeout
+        # A token in the URL's userinfo moves to the header: the URL is logged, the header never.
+        controller_url, url_token = split_userinfo(controller_url) if controller_url else (None, None)
+        worker_secret = worker_secret or url_token
         self.controller_url = api_url(controller_url).rstrip("/") if controller_url else None
         self.self_address = self_address
         self.heartbeat_interval = heartbeat_interval
+        # Sent with heartbeats and cancel notices (docs/security.md); ``verify``: an https controller's CA.
+        self._controller_headers = bearer(worker_secret)
+        self._verify = verify
         self.sessions: dict[int, _Session] = {}
         self._pending = 0  # sessions being started: they hold a slot before they exist
         self._background: list[asyncio.Task[None]] = []
@@ -214,7 +223,7 @@ class WorkerService:
             log.info("session %d cancelled; no controller to notify (worker started without --controller)", session.id)
             return
         if self._notice_http is None:
-            self._notice_http = httpx.AsyncClient(timeout=NOTICE_TIMEOUT_S)
+            self._notice_http = httpx.AsyncClient(timeout=NOTICE_TIMEOUT_S, headers=self._controller_headers, verify=self._verify)
         url = f"{self.controller_url}/cancel_notice"
         try:
             r = await self._notice_http.post(url, headers={"session_id": str(session.id)}, json={"session_id": session.id})
@@ -247,7 +256,7 @@ class WorkerService:
         event loop cannot delay the heartbeats into the controller's dead-worker timeout."""
         body = {"name": self.name, "address": self.self_address, "concurrency": self.concurrency, "indices": self.runtime.indices}
         url = f"{self.controller_url}/receive_heartbeat"
-        with httpx.Client(timeout=5.0) as http:
+        with httpx.Client(timeout=5.0, headers=self._controller_headers, verify=self._verify) as http:
             registered = False
             while not self._heartbeat_stop.is_set():
                 try:
