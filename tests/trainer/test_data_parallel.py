@@ -204,3 +204,19 @@ def test_gather_merged_weights_folds_lora_into_base_names_and_leaves_the_adapter
     after = model.state_dict()
     # unmerged again (W + BA - BA: equal up to rounding, as peft's unmerge)
     assert all(torch.allclose(before[n], after[n], atol=1e-6) for n in before)
+
+
+def test_shipped_accelerate_configs_load_and_point_at_the_deepspeed_json() -> None:
+    """deploy/accelerate parses as accelerate reads it (DeepSpeed itself is not installed here)."""
+    import json
+
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    root = HERE.parents[1]
+    assert load_config_from_file(str(root / "deploy/accelerate/ddp.yaml")).distributed_type == "MULTI_GPU"
+    zero3 = load_config_from_file(str(root / "deploy/accelerate/zero3.yaml"))
+    assert zero3.distributed_type == "DEEPSPEED"
+    ds = json.loads((root / zero3.deepspeed_config["deepspeed_config_file"]).read_text())
+    assert ds["zero_optimization"]["stage"] == 3
+    # one optimizer step per batch (AgentRLConfig requires accumulation 1): filled in by transformers
+    assert ds["gradient_accumulation_steps"] == "auto" and ds["train_micro_batch_size_per_gpu"] == "auto"
