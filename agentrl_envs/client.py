@@ -72,6 +72,15 @@ def api_url(base_url: str) -> str:
     return url + "/"
 
 
+def _verify(verify: Any) -> Any:
+    """A CA bundle path as the SSL context httpx wants; anything else as it is."""
+    if isinstance(verify, str):
+        import ssl
+
+        return ssl.create_default_context(cafile=verify)
+    return verify
+
+
 def _auth(base_url: str, token: str | None) -> tuple[str, dict[str, str]]:
     """The URL without userinfo, and the header that carries the token (argument, env, URL)."""
     url, url_token = split_userinfo(base_url)
@@ -123,7 +132,7 @@ class AsyncControllerClient:
         self._http = httpx.AsyncClient(
             base_url=api_url(base_url),
             headers=headers,
-            verify=verify,
+            verify=_verify(verify),
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
@@ -200,7 +209,7 @@ class ControllerClient:
     def __init__(self, base_url: str, *, timeout: float = 300.0, token: str | None = None, verify: Any = True) -> None:
         base_url, headers = _auth(base_url, token)
         self._http = httpx.Client(
-            base_url=api_url(base_url), headers=headers, verify=verify, timeout=httpx.Timeout(timeout, connect=10.0)
+            base_url=api_url(base_url), headers=headers, verify=_verify(verify), timeout=httpx.Timeout(timeout, connect=10.0)
         )
 
     def __enter__(self) -> ControllerClient:

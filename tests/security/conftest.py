@@ -7,6 +7,7 @@ HTTP limits are small (64 KiB bodies, 1 s to read a request) so the abuse cases 
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,13 +72,13 @@ def start_secure_stack(tmp: Path, *, limits: HttpLimits = LIMITS, concurrency: i
         self_address=f"{scheme}://127.0.0.1:{port}/api",
         heartbeat_interval=0.5,
         worker_secret=WORKER,
-        verify=tls.get("verify", True),
+        verify=ssl.create_default_context(cafile=tls["verify"]) if "verify" in tls else True,
     )
     worker = ServerThread(
         create_worker_app(worker_service, auth=worker_authenticator(WORKER)), port=port, limits=limits, **tls.get("worker", {})
     ).start()
     stack = SecureStack(controller.url, worker.url, controller, worker, service, worker_service)
-    verify = tls.get("verify", True)
+    verify = ssl.create_default_context(cafile=tls["verify"]) if "verify" in tls else True
     wait_for(
         lambda: any(
             w["alive"]
