@@ -9,7 +9,15 @@ steps/s, p50/p99 step latency, sessions ok/failed, and the servers' CPU time per
 >= 5,000 steps/s at 10,000 sessions, controller path >= 0.6x the worker alone at every level,
 p99 <= 3x p50. Results: ``benchmarks/results/session_scale.json``.
 
-    python benchmarks/session_scale.py [--levels 64,1024,10000] [--duration 20] [--goload /tmp/goload]
+Modes: ``worker`` (the worker alone), ``controller`` (through the controller, which speaks to
+the worker over the multiplexed transport, ``agentrl_envs.mux``) and ``controller-http``
+(through the controller with ``--worker-transport http``: one HTTP/1.1 request per step per
+connection, as to AgentRL's own workers). Besides steps/s, each level reports the ratio of the
+servers' CPU per step (worker alone over controller + worker): with both on one saturated core
+that is what the steps/s ratio measures, and it is robust to other work on the machine.
+
+    python benchmarks/session_scale.py [--levels 64,1024,10000] [--modes worker,controller,controller-http]
+                                       [--duration 20] [--goload /tmp/goload]
 
 Needs 2+ cores for the pinning (without it, runs unpinned and says so) and file descriptors for
 2 x sessions + slack (the servers raise their soft limit to the hard one and refuse to start,
@@ -66,12 +74,15 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
     worker_cmd += ["--concurrency", str(max(sessions * 2, 64)), "--log-level", "warning"]
     procs: list[ManagedProcess] = []
     try:
-        if mode == "controller":
+        if mode.startswith("controller"):
             cport = free_port()
+            ctrl_cmd = [*cli, "controller", "--port", str(cport), "--log-level", "warning"]
+            if mode == "controller-http":
+                ctrl_cmd += ["--worker-transport", "http"]
             procs.append(
                 ManagedProcess(
                     "controller",
-                    pinned(server_core, [*cli, "controller", "--port", str(cport), "--log-level", "warning"]),
+                    pinned(server_core, ctrl_cmd),
                     logs / "scale-controller.log",
                 )
             )
@@ -81,14 +92,15 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
             base = f"http://127.0.0.1:{wport}/api"
         procs.append(ManagedProcess("worker", pinned(server_core, worker_cmd), logs / "scale-worker.log"))
         wait_until(lambda: httpx.get(f"http://127.0.0.1:{wport}/health", timeout=1).status_code == 200)
-        if mode == "controller":
+        if mode.startswith("controller"):
             wait_until(lambda: httpx.get(f"{base}/list_workers", timeout=1).json().get("echo"))
         if a.goload:
             gen = [a.goload, "-proto", "agentrl" if mode == "worker" else "agentrl-client", "-base", base]
             gen += ["-task", "echo", "-c", str(sessions), "-k", str(a.k), "-duration", f"{a.duration}s"]
         else:
-            gen = [sys.executable, str(HERE / "loadgen.py"), "--proto", mode, "--base", base]
+            gen = [sys.executable, str(HERE / "loadgen.py"), "--proto", mode.split("-")[0], "--base", base]
             gen += ["-c", str(sessions), "-k", str(a.k), "--duration", str(a.duration)]
+        load_before = os.getloadavg()[0]
         cpu0 = {p.name: cpu_seconds(p.proc.pid) for p in procs}
         done = subprocess.run(pinned(gen_core, gen), capture_output=True, text=True, timeout=a.duration + 180)
         by_process = {p.name: cpu_seconds(p.proc.pid) - cpu0[p.name] for p in procs}
@@ -117,6 +129,7 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
         "server_cpu_s": round(cpu, 2),
         "server_cpu_us_per_step": round(1e6 * cpu / steps, 1) if steps else None,
         "cpu_us_per_step_by_process": {k: round(1e6 * v / steps, 1) for k, v in by_process.items()} if steps else {},
+        "load_average_before": round(load_before, 2),
     }
 
 
@@ -149,8 +162,20 @@ def main() -> int:
             )
     by = {(r["mode"], r["sessions"]): r for r in runs}
     checks = []
+    ratios = []
     for n in levels:
         w, c = by.get(("worker", n)), by.get(("controller", n))
+        for m in ("controller", "controller-http"):
+            cm = by.get((m, n))
+            if w and cm and w["steps_per_s"] and cm["server_cpu_us_per_step"]:
+                ratios.append(
+                    {
+                        "sessions": n,
+                        "mode": m,
+                        "steps_per_s_ratio": round(cm["steps_per_s"] / w["steps_per_s"], 2),
+                        "cpu_per_step_ratio": round(w["server_cpu_us_per_step"] / cm["server_cpu_us_per_step"], 2),
+                    }
+                )
         if w and c and w["steps_per_s"]:
             checks.append(
                 {"check": f"controller/worker steps/s at {n} >= 0.6", "value": round(c["steps_per_s"] / w["steps_per_s"], 2)}
@@ -175,19 +200,25 @@ def main() -> int:
     if ("worker", 10000) in by:
         v = by[("worker", 10000)]["steps_per_s"]
         checks.append({"check": "worker steps/s at 10000 >= 5000", "value": v, "ok": v >= 5000})
+    print("\nthrough the controller / worker alone (steps/s; CPU per step, worker alone over both servers):")
+    for r in ratios:
+        print(f"  {r['mode']:<16} {r['sessions']:>6}: {r['steps_per_s_ratio']:.2f}  (CPU: {r['cpu_per_step_ratio']:.2f})")
     print("\ntargets:")
     for c in checks:
         print(f"  [{'ok' if c['ok'] else 'MISS'}] {c['check']}: {c['value']}")
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "commit": commit,
         "cpus": os.cpu_count(),
         "pinned": pin,
         "generator": "goload" if a.goload else "loadgen.py",
         "k": a.k,
         "duration_s": a.duration,
     }
-    out.write_text(json.dumps({**meta, "runs": runs, "checks": checks}, indent=2))
+    out.write_text(json.dumps({**meta, "runs": runs, "ratios": ratios, "checks": checks}, indent=2))
     print(f"\nwrote {out}")
     return 0
 
