@@ -52,6 +52,11 @@ def _secret(value: str | None, env: str) -> str | None:
     return value or env_token(env)
 
 
+def _insecure(a: argparse.Namespace) -> bool:
+    """``--insecure``, or ``AGENTRL_INSECURE=1`` (for container images, whose command line is fixed)."""
+    return bool(a.insecure) or os.environ.get("AGENTRL_INSECURE", "").strip().lower() in ("1", "true", "yes")
+
+
 def _ssl_context(ca_file: str | None) -> Any:
     """What verifies the other side's certificate: ``--ca-file``, else the system store."""
     import ssl
@@ -111,7 +116,7 @@ def cmd_controller(a: argparse.Namespace) -> int:
     require_auth_off_loopback(
         a.host,
         auth,
-        insecure=a.insecure,
+        insecure=_insecure(a),
         what="controller",
         how=f"set {CLIENT_TOKEN_ENV} (or --client-tokens-file) and {WORKER_SECRET_ENV}",
     )
@@ -148,7 +153,7 @@ def cmd_worker(a: argparse.Namespace) -> int:
     if not worker_secret and a.controller:
         worker_secret = split_userinfo(a.controller)[1]  # the secret in the controller URL's userinfo
     auth = worker_authenticator(worker_secret)
-    require_auth_off_loopback(a.host, auth, insecure=a.insecure, what="worker", how=f"set {WORKER_SECRET_ENV}")
+    require_auth_off_loopback(a.host, auth, insecure=_insecure(a), what="worker", how=f"set {WORKER_SECRET_ENV}")
     scheme = "https" if a.ssl_certfile else "http"
     self_address = a.self_address or f"{scheme}://{a.host}:{a.port}/api"
     service = WorkerService(
@@ -176,7 +181,7 @@ def cmd_up(a: argparse.Namespace) -> int:
     if a.backend == "docker":
         from .containers.up import cmd_up_docker
 
-        if not is_loopback(a.host) and not a.insecure:
+        if not is_loopback(a.host) and not _insecure(a):
             raise AgentRLEnvsError(
                 f"up --backend docker does not pass tokens into its containers yet: on {a.host} its controller would be "
                 "open to anyone who reaches it. Use --host 127.0.0.1 (and a TLS proxy with auth in front), the local "
@@ -186,7 +191,7 @@ def cmd_up(a: argparse.Namespace) -> int:
     # Beyond loopback: tokens, generated unless given in the environment, printed once.
     client_token = env_token(CLIENT_TOKEN_ENV)
     worker_secret = env_token(WORKER_SECRET_ENV)
-    if not is_loopback(a.host) and not a.insecure:
+    if not is_loopback(a.host) and not _insecure(a):
         client_token = client_token or new_token()
         worker_secret = worker_secret or new_token()
     stop = threading.Event()
@@ -201,7 +206,7 @@ def cmd_up(a: argparse.Namespace) -> int:
         quiet=False,
         client_token=client_token,
         worker_secret=worker_secret,
-        insecure=a.insecure,
+        insecure=_insecure(a),
     ) as stack:
         # From here Ctrl-C only sets the flag: a KeyboardInterrupt raised inside a subprocess or
         # docker-client call could leave a lock held that the teardown then waits on forever.
