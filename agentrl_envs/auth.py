@@ -42,6 +42,7 @@ WORKER_SECRET_ENV = "AGENTRL_WORKER_SECRET"
 OPEN_PATHS = frozenset({"/health"})
 
 CLIENT, WORKER, ADMIN = "client", "worker", "admin"
+_MAX_SPELLINGS = 4096  # verified header values remembered for the fast lookup
 
 
 @dataclass(eq=False)
@@ -139,6 +140,11 @@ class Authenticator:
             token = authorization[7:].strip()
         hit = self._tokens.get(token) if token else None
         if hit is not None and hmac.compare_digest(hit[0], token):  # type: ignore[arg-type]
+            if len(self._headers) < _MAX_SPELLINGS:
+                # This exact header value, verified: from now on the fast lookup finds it (a
+                # client sends the same Basic header on every step). Only verified values are
+                # kept, so refused guesses cannot grow the table.
+                self._headers[authorization] = (authorization, hit[1])
             return hit[1]
         return None
 

@@ -174,6 +174,8 @@ def test_malformed_http_is_refused(secure_stack):
     port = secure_stack.controller.port
     assert_error(raw(port, b"NOT HTTP AT ALL\r\n\r\n"), 422, "invalid_request")
     assert_error(raw(port, b"GET /api/version HTTP/1.1\r\nbad header line\r\n\r\n"), 422, "invalid_request")
+    assert_error(raw(port, b"GET /api/\xff\xfe HTTP/1.1\r\nhost: x\r\n\r\n"), 422, "invalid_request")
+    assert_error(raw(port, b"POST /api/interact HTTP/1.1\r\ncontent-length: x\r\n\r\n"), 422, "invalid_request")
     # A CR/LF smuggled into the session id header ends the headers early: not HTTP any more.
     smuggled = f"POST /api/cancel HTTP/1.1\r\nauthorization: Bearer {BOB}\r\nsession_id: 1\rX-Injected: 1\r\n\r\n"
     assert_error(raw(port, smuggled.encode()), 422, "invalid_request")
@@ -220,7 +222,7 @@ def test_path_tricks_do_not_reach_guarded_routes(secure_stack):
 def test_pipelined_fast_requests_are_refused(secure_stack):
     one = f"POST /api/start_sample HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {BOB}\r\ncontent-length: 2\r\n\r\n{{}}"
     answer = raw(secure_stack.controller.port, (one + one).encode())
-    assert b"HTTP/1.1 400" in answer
+    assert_error(answer[answer.index(b"HTTP/1.1 400") :], 400, "request_rejected")
 
 
 # ---------------------------------------------------------------------------- nothing else disturbed
