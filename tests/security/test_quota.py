@@ -18,18 +18,25 @@ def start(url: str, token: str) -> httpx.Response:
     return httpx.post(f"{url}/api/start_sample", headers=auth(token), json={"name": "calc", "index": 0}, timeout=30)
 
 
+def start_until_refused(url: str, token: str, allowed: int) -> tuple[list[httpx.Response], dict]:
+    """``allowed`` starts that succeed, then one refused 429: (the started, the refusal's body)."""
+    started = [start(url, token) for _ in range(allowed)]
+    assert all(r.status_code == 200 for r in started), [r.text for r in started]
+    over = start(url, token)
+    assert over.status_code == 429, over.text
+    body = over.json()
+    assert body["error"] == "quota_exceeded", body
+    return started, body
+
+
 def cancel(url: str, token: str, sid: str) -> None:
     assert httpx.post(f"{url}/api/cancel", headers={**auth(token), "session_id": sid}).status_code == 200
 
 
 def test_sessions_over_the_quota_are_refused_and_others_still_start(secure_stack):
     url = secure_stack.url
-    alice = [start(url, ALICE) for _ in range(2)]
-    assert all(r.status_code == 200 for r in alice), [r.text for r in alice]
-    over = start(url, ALICE)
-    assert over.status_code == 429, over.text
-    body = over.json()
-    assert body["error"] == "quota_exceeded" and "alice" in body["detail"] and "limit is 2" in body["detail"]
+    alice, body = start_until_refused(url, ALICE, 2)
+    assert "alice" in body["detail"] and "limit is 2" in body["detail"]
     assert body["data"] == {"client": "alice", "limit": "max_sessions", "active_sessions": 2, "max_sessions": 2}
     # Bob is not held back by Alice's quota, nor by her refused starts.
     bob = [start(url, BOB) for _ in range(3)]
@@ -66,12 +73,8 @@ async def test_a_burst_from_one_client_cannot_starve_another(secure_stack):
 
 def test_start_rate_is_limited_per_token(secure_stack):
     url = secure_stack.url
-    carol = [start(url, CAROL) for _ in range(2)]
-    assert all(r.status_code == 200 for r in carol), [r.text for r in carol]
-    over = start(url, CAROL)
-    assert over.status_code == 429, over.text
-    body = over.json()
-    assert body["error"] == "quota_exceeded" and body["data"]["limit"] == "starts_per_minute"
+    carol, body = start_until_refused(url, CAROL, 2)
+    assert body["data"]["limit"] == "starts_per_minute"
     assert body["data"]["retry_after_s"] > 0 and "retry in" in body["detail"]
     r = start(url, BOB)
     assert r.status_code == 200, r.text
