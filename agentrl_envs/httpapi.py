@@ -202,11 +202,14 @@ class FastRoutes:
         await send({"type": "http.response.body", "body": payload})
 
 
+_CHALLENGE = b'www-authenticate: Bearer realm="agentrl", Basic realm="agentrl"\r\n'
+
+
 async def _send_error(send: Any, err: AgentRLEnvsError) -> None:
     payload = error_payload(err)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     if err.http_status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="agentrl", Basic realm="agentrl"'))
+        headers.append((b"www-authenticate", _CHALLENGE[len(b"www-authenticate: ") : -2]))
     await send({"type": "http.response.start", "status": err.http_status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
 
@@ -378,8 +381,10 @@ def http_protocol(
             if self.transport.is_closing():
                 return
             payload = error_payload(err)
+            challenge = _CHALLENGE if err.http_status == 401 else b""
             self.transport.write(
                 _status_line(err.http_status)
+                + challenge
                 + b"content-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n" % len(payload)
                 + payload
             )
