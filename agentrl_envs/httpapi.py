@@ -311,6 +311,7 @@ def http_protocol(
     from . import mux
 
     limits = limits or HttpLimits()
+    max_body, max_header_bytes, max_headers = limits.max_body, limits.max_header_bytes, limits.max_headers
     front = routes if isinstance(routes, FastRoutes) else None
     routes = front.routes if front is not None else (routes or {})
     auth = front.auth if front is not None and front.auth.enabled else None
@@ -418,25 +419,28 @@ def http_protocol(
 
         def on_url(self, url: bytes) -> None:
             self._head_bytes += len(url)
-            if self._head_bytes > limits.max_header_bytes:
-                raise _Reject(HeadersTooLargeError(f"the request line is over {limits.max_header_bytes} bytes"))
+            if self._head_bytes > max_header_bytes:
+                raise _Reject(HeadersTooLargeError(f"the request line is over {max_header_bytes} bytes"))
             self.url += url
 
         def on_header(self, name: bytes, value: bytes) -> None:
+            # uvicorn's own (lower-cased name, trimmed value, Expect noted), inlined: a super()
+            # call per header cost ~0.3 µs; the two headers this layer needs are noted as they pass.
+            name = name.lower()
+            value = value.rstrip(b" \t")
             self._head_bytes += len(name) + len(value)
-            if self._head_bytes > limits.max_header_bytes or len(self.headers) >= limits.max_headers:
+            if self._head_bytes > max_header_bytes or len(self.headers) >= max_headers:
                 raise _Reject(
-                    HeadersTooLargeError(
-                        f"request headers over the limit ({limits.max_headers} headers, {limits.max_header_bytes} bytes)"
-                    )
+                    HeadersTooLargeError(f"request headers over the limit ({max_headers} headers, {max_header_bytes} bytes)")
                 )
-            super().on_header(name, value)
-            if len(name) in (13, 14):  # noted as they pass: no second look through the headers
-                name, value = self.headers[-1]  # lower-cased, trimmed
-                if name == b"authorization":
-                    self._authz = value
-                elif name == b"content-length" and value.isdigit() and int(value) > limits.max_body:
-                    raise _Reject(RequestTooLargeError(f"the request body is over {limits.max_body} bytes"))
+            if name == b"authorization":
+                self._authz = value
+            elif name == b"content-length":
+                if value.isdigit() and int(value) > max_body:
+                    raise _Reject(RequestTooLargeError(f"the request body is over {max_body} bytes"))
+            elif name == b"expect" and value.lower() == b"100-continue":
+                self.expect_100_continue = True
+            self.headers.append((name, value))
 
         def _check_head(self, role: str | None) -> None:
             """Refuse before the body is read: a missing or wrong token."""
@@ -467,8 +471,8 @@ def http_protocol(
 
         def on_body(self, body: bytes) -> None:
             self._body_bytes += len(body)
-            if self._body_bytes > limits.max_body:
-                raise _Reject(RequestTooLargeError(f"the request body is over {limits.max_body} bytes"))
+            if self._body_bytes > max_body:
+                raise _Reject(RequestTooLargeError(f"the request body is over {max_body} bytes"))
             if self._fast is not None:
                 self._fast_body.append(body)
             elif not self.transport.is_closing():
