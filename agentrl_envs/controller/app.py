@@ -113,9 +113,7 @@ def create_controller_app(service: ControllerService | None = None, *, auth: Aut
         return None if p is ANONYMOUS else p
 
     def request_owner(request: Request) -> Principal | None:
-        return owner(
-            {b"authorization": request.headers["authorization"].encode("latin-1")} if "authorization" in request.headers else {}
-        )
+        return request.scope.get("principal") if auth.enabled else None  # set by FastRoutes
 
     @app.get("/api/get_indices")
     async def get_indices(name: str) -> Response:
@@ -131,8 +129,7 @@ def create_controller_app(service: ControllerService | None = None, *, auth: Aut
     @app.post("/api/start_sample", response_model=StartSampleResponse)
     async def start_sample(request: Request) -> Response:
         # Served by the FastRoutes front below; this route documents it in the OpenAPI schema.
-        headers = {k.encode("latin-1"): v.encode("latin-1") for k, v in request.headers.items()}
-        r = await fast_start_sample(headers, await request.body())
+        r = await fast_start_sample(dict(request.scope["headers"]), await request.body())
         return json_response(r.body, headers=r.headers)
 
     @app.post("/api/interact", response_model=InteractResponse)
