@@ -16,7 +16,7 @@ import socket
 
 import httpx
 import pytest
-from conftest import ADMIN, BOB, LIMITS, WORKER, auth
+from security_helpers import ADMIN, BOB, LIMITS, WORKER, auth
 
 STEP = {"messages": [{"role": "assistant", "content": None, "tool_calls": [
     {"id": "c", "type": "function", "function": {"name": "add", "arguments": '{"x": 1}'}}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ADMIN, BOB, WORKER, auth
+from security_helpers import ADMIN, BOB, WORKER, auth
 from stack_helpers import wait_for
 
 from agentrl_envs.client import AsyncControllerClient

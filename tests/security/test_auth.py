@@ -11,7 +11,7 @@ import socket
 
 import httpx
 import pytest
-from conftest import ADMIN, ALICE, BOB, WORKER, auth
+from security_helpers import ADMIN, ALICE, BOB, WORKER, auth
 
 from agentrl_envs import cli
 from agentrl_envs.auth import (

@@ -7,7 +7,7 @@ import asyncio
 
 import httpx
 import pytest
-from conftest import ALICE, BOB, CAROL, auth
+from security_helpers import ALICE, BOB, CAROL, auth
 
 from agentrl_envs.auth import Principal
 from agentrl_envs.client import AsyncControllerClient

@@ -11,7 +11,7 @@ import subprocess
 
 import httpx
 import pytest
-from conftest import BOB, auth, start_secure_stack
+from security_helpers import BOB, auth, start_secure_stack
 
 from agentrl_envs.client import AsyncControllerClient
 from agentrl_envs.errors import WorkerUnreachableError
