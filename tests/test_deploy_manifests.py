@@ -262,3 +262,30 @@ def test_swarm_stack_wiring():
         script = svc["entrypoint"][-2]
         assert '--self "http://$$(hostname -i' in script and '--controller "$$AGENTRL_CONTROLLER_URL"' in script
     assert stack["networks"]["agentrl"]["driver"] == "overlay"
+
+
+# ---------------------------------------------------------------------------- tokens
+
+SECRET_REF = {"secretKeyRef": {"name": "agentrl-tokens", "key": "worker-secret"}}
+
+
+def test_k8s_servers_get_their_tokens_from_the_secret():
+    """They listen beyond loopback, where the controller and workers refuse to run without tokens."""
+    for name, dep in DEPLOYMENTS.items():
+        (app,) = [c for c in pod(dep)["containers"] if c["name"] in ("controller", "worker")]
+        env = env_of(app)
+        assert env.get("AGENTRL_WORKER_SECRET") == SECRET_REF, name
+        if name == "agentrl-controller":
+            assert env["AGENTRL_CLIENT_TOKEN"] == {"secretKeyRef": {"name": "agentrl-tokens", "key": "client-token"}}
+        else:
+            assert "AGENTRL_CLIENT_TOKEN" not in env, f"{name}: a worker needs only the worker secret"
+    assert "agentrl-tokens" in (K8S / "kustomization.yaml").read_text(), "kustomization.yaml says how to create it"
+
+
+def test_swarm_services_require_their_tokens():
+    required = re.compile(r"\$\{(AGENTRL_CLIENT_TOKEN|AGENTRL_WORKER_SECRET):\?[^}]+\}")
+    services = yaml.safe_load(STACK.read_text())["services"]
+    for name, svc in services.items():
+        env = svc["environment"]
+        assert required.fullmatch(env["AGENTRL_WORKER_SECRET"]).group(1) == "AGENTRL_WORKER_SECRET", name
+        assert ("AGENTRL_CLIENT_TOKEN" in env) == (name == "controller"), name

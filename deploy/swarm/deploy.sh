@@ -5,7 +5,9 @@
 #
 # Needs a swarm manager (`docker swarm init --advertise-addr ADDR`) and the images
 # (`agentrl-envs build db os`). The variables of stack.yml (AGENTRL_CONTROLLER_PORT,
-# AGENTRL_*_IMAGE, AGENTRL_*_REPLICAS, AGENTRL_NETWORK) pass through; AGENTRL_WAIT_S bounds
+# AGENTRL_*_IMAGE, AGENTRL_*_REPLICAS, AGENTRL_NETWORK) pass through; so do AGENTRL_CLIENT_TOKEN
+# and AGENTRL_WORKER_SECRET, which `up` generates and prints (on stderr) when they are unset
+# (the services listen beyond loopback, so the controller requires them); AGENTRL_WAIT_S bounds
 # each wait (default 180 s). Exit status: 0 ready / removed, 1 on a timeout (with the
 # stack's task list).
 set -euo pipefail
@@ -29,6 +31,12 @@ up)
         echo "this engine is not a swarm manager: run docker swarm init --advertise-addr ADDR" >&2
         exit 1
     fi
+    for var in AGENTRL_CLIENT_TOKEN AGENTRL_WORKER_SECRET; do
+        if [ -z "${!var:-}" ]; then
+            export "$var=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            echo "generated: export $var=${!var}" >&2
+        fi
+    done
     detach=()
     # Newer clients wait for convergence by default; older ones have no --detach at all.
     if docker stack deploy --help 2>&1 | grep -q -- --detach; then detach=(--detach=true); fi

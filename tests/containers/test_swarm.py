@@ -76,7 +76,11 @@ def test_stack_on_single_node_swarm_serves_echo_and_db(built_images, swarm, clie
         "AGENTRL_WORKER_DB_IMAGE": images["worker-db"],
         "AGENTRL_OS_REPLICAS": "0",
         "AGENTRL_WAIT_S": "90",
+        # the services listen beyond loopback: the controller requires tokens there
+        "AGENTRL_CLIENT_TOKEN": secrets.token_urlsafe(16),
+        "AGENTRL_WORKER_SECRET": secrets.token_urlsafe(16),
     }
+    auth = {"Authorization": f"Bearer {env['AGENTRL_CLIENT_TOKEN']}"}
     url = f"http://127.0.0.1:{port}"
     try:
         up = subprocess.run(["bash", str(DEPLOY), "up"], env=env, capture_output=True, text=True, timeout=150)
@@ -97,7 +101,8 @@ def test_stack_on_single_node_swarm_serves_echo_and_db(built_images, swarm, clie
         # Each worker registered the address it has on the stack's overlay network, and the
         # controller reaches it there (it dispatched the episodes below to it).
         subnet = ipaddress.ip_network(client.networks.get(network).attrs["IPAM"]["Config"][0]["Subnet"])
-        workers = httpx.get(f"{url}/api/list_workers", timeout=5).json()
+        assert httpx.get(f"{url}/api/list_workers", timeout=5).status_code == 401  # no token, no answer
+        workers = httpx.get(f"{url}/api/list_workers", headers=auth, timeout=5).json()
         for task in ("echo", "db"):
             (worker,) = workers[task]
             assert worker["alive"], worker
@@ -106,7 +111,7 @@ def test_stack_on_single_node_swarm_serves_echo_and_db(built_images, swarm, clie
         for task, total in (("echo", 8), ("db", 60)):
             check = subprocess.run(
                 [sys.executable, "-m", "agentrl_envs.cli", "check", task, "--controller", url, "--json"],
-                capture_output=True, text=True, timeout=120,
+                capture_output=True, text=True, timeout=120, env=env,
             )  # fmt: skip
             assert check.returncode == 0, check.stderr[-2000:]
             result = json.loads(check.stdout)
