@@ -6,6 +6,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -149,6 +150,7 @@ def test_cli_main_builds_the_trainer_from_yaml(tmp_path: Path, monkeypatch: pyte
         def __init__(self, args: AgentRLConfig) -> None:
             seen["args"] = args
             self.step_log = [{"step": 1.0, "reward/mean": 0.5}]
+            self.accelerator = SimpleNamespace(is_main_process=True)  # one process: it writes the step log
 
         def train(self) -> None:
             seen["trained"] = True
