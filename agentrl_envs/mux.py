@@ -42,6 +42,11 @@ MAX_FRAME = 64 << 20
 MuxHandler = Callable[[bytes], Awaitable[tuple[int, bytes]]]
 
 
+def tls_options(ssl_context: Any, host: str) -> dict[str, Any]:
+    """``loop.create_connection`` keywords for TLS to ``host`` (none without a context)."""
+    return {"ssl": ssl_context, "server_hostname": host} if ssl_context is not None else {}
+
+
 def upgrade_answer(paths: list[str]) -> bytes:
     return b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: %s\r\nagentrl-mux-routes: %s\r\n\r\n" % (
         UPGRADE_TOKEN,
@@ -166,7 +171,8 @@ class MuxServer(_Framed):
 
 
 class MuxClient(_Framed):
-    """The controller's end: ``await client.call(path, body)`` → ``(status, body)``.
+    """The controller's end: ``rid, answer = client.start(path, body)``, then ``await answer`` →
+    ``(status, body)`` (``forget(rid)`` when no longer waiting).
 
     Opened with :meth:`open`; until the handshake's answer arrives it reads HTTP, then frames.
     """
@@ -192,8 +198,7 @@ class MuxClient(_Framed):
         TLS to an https worker. Raises ``OSError`` when it cannot connect, ``TimeoutError`` when
         it does not answer within ``timeout``."""
         loop = asyncio.get_running_loop()
-        tls = {"ssl": ssl_context, "server_hostname": host} if ssl_context is not None else {}
-        _, self = await asyncio.wait_for(loop.create_connection(cls, host, port, **tls), timeout)
+        _, self = await asyncio.wait_for(loop.create_connection(cls, host, port, **tls_options(ssl_context, host)), timeout)
         self._handshake = loop.create_future()
         assert self.transport is not None
         self.transport.write(

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from ..errors import WorkerUnreachableError
-from ..mux import MuxClient
+from ..mux import MuxClient, tls_options
 
 log = logging.getLogger(__name__)
 
@@ -181,10 +181,7 @@ class UpstreamPool:
         h.opening += 1
         try:
             host, port, _ = h.target
-            if h.ssl is None:
-                _, conn = await loop.create_connection(_Connection, host, port)
-            else:
-                _, conn = await loop.create_connection(_Connection, host, port, ssl=h.ssl, server_hostname=host)
+            _, conn = await loop.create_connection(_Connection, host, port, **tls_options(h.ssl, host))
         except OSError as e:
             raise UpstreamError(f"cannot connect to {h.target[0]}:{h.target[1]}: {e}") from e
         finally:
@@ -266,7 +263,8 @@ class UpstreamPool:
             h.mux_ok = False
             if status in (401, 403):
                 log.warning("worker at %s:%d refuses this controller's worker secret (%d)", host, port, status)
-            log.info("worker at %s:%d answers %d to the multiplexed transport: HTTP/1.1 only", host, port, status)
+            else:
+                log.info("worker at %s:%d answers %d to the multiplexed transport: HTTP/1.1 only", host, port, status)
         else:
             h.mux_ok, h.mux = True, mux
         done.set_result(mux)
