@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from ..errors import InfrastructureError
@@ -21,9 +22,35 @@ WORKER_REPO_PREFIX = "agentrl/worker-"
 INPUTS_LABEL = "agentrl.inputs"
 #: Label on every container ``up`` starts: the stack's id (teardown removes by id, never by name).
 STACK_LABEL = "agentrl.stack"
-#: Image label: ``true`` when the worker needs the engine's socket (its sessions are containers).
-MOUNT_SOCKET_LABEL = "agentrl.mount-docker-socket"
+#: Image label: ``userns`` when the worker runs sandboxes in user namespaces inside its container
+#: (the socket-free OS worker): ``up`` then runs it with :data:`USERNS_PROFILE`.
+SANDBOX_PROFILE_LABEL = "agentrl.sandbox-profile"
+#: Image label: ``KEY=VALUE``, the task option that switches the worker to sessions as sibling
+#: containers, for which ``up`` mounts the engine's socket (root on this host: opt-in only).
+SOCKET_OPTION_LABEL = "agentrl.socket-option"
 DOCKER_SOCKET = "/var/run/docker.sock"
+#: Where the socket-free worker keeps its sessions' dirs (a tmpfs: overlayfs cannot be their upper layer).
+SANDBOX_DIR = "/var/lib/agentrl-sandboxes"
+SECCOMP_USERNS = Path(__file__).with_name("seccomp-userns.json")
+
+
+def userns_host_config(user: str = "") -> dict[str, Any]:
+    """The least a worker with ``agentrl.sandbox-profile=userns`` needs, as Engine API HostConfig
+    fields: no capability, no new privileges, a seccomp profile that allows what user namespaces
+    need (:data:`SECCOMP_USERNS`), an unmasked ``/proc`` (``--security-opt systempaths=unconfined``:
+    a sandbox mounts a fresh ``/proc``, which Linux refuses while parts of the container's are
+    masked; the worker is not root, so the files Docker masks or makes read-only stay out of its
+    reach by their permissions) and a tmpfs for the session dirs, owned by ``user`` (the image's
+    ``USER``, ``uid[:gid]``: Docker keeps an image dir's mode under a tmpfs, not its owner)."""
+    uid, _, gid = user.partition(":")
+    owner = f",uid={uid},gid={gid or uid}" if uid.isdigit() and (gid or uid).isdigit() else ""
+    return {
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges", "seccomp=" + SECCOMP_USERNS.read_text()],
+        "MaskedPaths": [],
+        "ReadonlyPaths": [],
+        "Tmpfs": {SANDBOX_DIR: "rw,exec,nosuid,nodev,mode=700" + owner},
+    }
 
 
 class DockerUnavailable(InfrastructureError):

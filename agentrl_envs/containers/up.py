@@ -11,8 +11,13 @@ Workers on other hosts join the same controller with
 ``docker run --network host -e PORT=5021 agentrl/worker-db --controller http://THIS_HOST:PORT/api --self http://THAT_HOST:5021/api``
 (the controller must then listen on a reachable address: ``host="0.0.0.0"``).
 
-An image labelled ``agentrl.mount-docker-socket=true`` (the OS worker: its sessions are sibling
-containers) gets the engine's socket mounted.
+A worker image labelled ``agentrl.sandbox-profile=userns`` (the OS worker: its sessions are
+bubblewrap sandboxes in user namespaces inside its container) runs with no capability, no new
+privileges, the seccomp profile ``seccomp-userns.json``, an unmasked ``/proc`` and a tmpfs for its
+sessions (:func:`.engine.userns_host_config`); no engine socket. Only when the task's options select
+what its label ``agentrl.socket-option`` names (the OS task: ``backend=docker``, sessions as sibling
+containers) does it get the engine's socket, as root: that gives it control of this engine (root on
+this host), which is why it is opt-in.
 """
 
 from __future__ import annotations
@@ -28,7 +33,17 @@ import httpx
 
 from ..errors import InfrastructureError
 from ..stack import free_port, tasks_without_live_worker, worker_args
-from .engine import CONTROLLER_REPO, DOCKER_SOCKET, MOUNT_SOCKET_LABEL, STACK_LABEL, docker_client, image_exists, worker_repo
+from .engine import (
+    CONTROLLER_REPO,
+    DOCKER_SOCKET,
+    SANDBOX_PROFILE_LABEL,
+    SOCKET_OPTION_LABEL,
+    STACK_LABEL,
+    docker_client,
+    image_exists,
+    userns_host_config,
+    worker_repo,
+)
 
 
 class DockerStack:
@@ -73,24 +88,39 @@ class DockerStack:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _run(self, role: str, image: str, port: int, args: list[str]) -> None:
+    def _run(self, role: str, image: str, port: int, args: list[str], options: dict[str, Any] | None = None) -> None:
         if not image_exists(self._client, image):
             raise InfrastructureError(f"image {image} is missing: run `agentrl-envs build {' '.join(self.tasks)}` first")
-        run_args = dict(self.extra_run_args.get(role, {}))
-        if self._client.images.get(image).labels.get(MOUNT_SOCKET_LABEL) == "true":
-            # The worker's sessions are sibling containers on this engine (see envs/os/Dockerfile).
-            run_args.setdefault("volumes", {})[DOCKER_SOCKET] = {"bind": DOCKER_SOCKET, "mode": "rw"}
-        c = self._client.containers.run(
+        img = self._client.images.get(image)
+        labels = img.labels or {}
+        extra = dict(self.extra_run_args.get(role, {}))
+        binds = extra.pop("volumes", {})
+        user = extra.pop("user", None)
+        host_fields: dict[str, Any] = {}
+        key, _, value = labels.get(SOCKET_OPTION_LABEL, "").partition("=")
+        if key and str((options or {}).get(key, "")) == value:
+            # Opt-in: the worker's sessions are sibling containers on this engine (envs/os/Dockerfile).
+            binds[DOCKER_SOCKET] = {"bind": DOCKER_SOCKET, "mode": "rw"}
+            user = user or "root"
+        elif labels.get(SANDBOX_PROFILE_LABEL) == "userns":
+            host_fields = userns_host_config(img.attrs.get("Config", {}).get("User") or "")
+        api = self._client.api
+        host_config = api.create_host_config(network_mode="host", binds=binds or None, **extra)
+        for k, v in host_fields.items():
+            host_config[k] = v if k != "CapDrop" else sorted({*host_config.get("CapDrop", []), *v})
+        created = api.create_container(
             image,
             command=args,
             environment={"HOST": self.host, "PORT": str(port)},
-            network_mode="host",
             labels={STACK_LABEL: self.id, "agentrl.role": role},
             name=f"agentrl-{self.id}-{role}",
+            user=user,
+            host_config=host_config,
             detach=True,
-            **run_args,
         )
-        self.containers[role] = c
+        c = self._client.containers.get(created["Id"])
+        self.containers[role] = c  # registered before start: stop() removes it whatever happens next
+        c.start()
 
     def start(self) -> None:
         self._client = docker_client()
@@ -99,7 +129,7 @@ class DockerStack:
             port = free_port()
             args = ["--controller", f"{self.url}/api", "--log-level", "warning"]
             args += worker_args(split=self.split, options=self.task_options.get(task))
-            self._run(f"worker-{task}", f"{worker_repo(task)}:{self.tag}", port, args)
+            self._run(f"worker-{task}", f"{worker_repo(task)}:{self.tag}", port, args, self.task_options.get(task))
         self._wait_ready()
 
     def logs_tail(self, role: str, lines: int = 20) -> str:

@@ -6,7 +6,8 @@ Run it as a file, never with ``-m``: it must stay single-threaded to join the sa
 namespace, and importing the package could start threads (a BLAS pool). It imports only the
 standard library.
 
-Joins the namespaces of ``PID`` (the sandbox's init) and its root directory, drops every
+Joins the namespaces of ``PID`` (the sandbox's init; its user namespace first when it has its own)
+and its root directory, drops every
 capability outside Docker's default set (the sandbox's files may have been changed by the model:
 nothing inside it runs with more than the sandbox's own root has), forks into the pid namespace
 and execs ``ARGV`` with exactly ``ENV``. It waits for the child and exits with its status; if this
@@ -38,7 +39,13 @@ def main(argv: list[str]) -> int:
         with open(f, "w") as fh:
             fh.write(str(os.getpid()))
     libc = ctypes.CDLL(None, use_errno=True)
-    fds = [os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY) for ns in _NS_ORDER]
+    order = _NS_ORDER
+    if os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user"):
+        # The sandbox's own user namespace first (bubblewrap made it; in userns mode it sits in the
+        # launcher's, which this worker's uid owns): then the commands run as the shell's root
+        # does, and joining the other namespaces needs no capability on the host.
+        order = ("user", *_NS_ORDER)
+    fds = [os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY) for ns in order]
     root = os.open(f"/proc/{pid}/root", os.O_RDONLY)
     for fd in fds:
         if libc.setns(fd, 0) != 0:

@@ -4,14 +4,17 @@ Layout and isolation (the contract the security tests check):
 
 * **File system.** bwrap 0.8 (Debian 12) has no ``--overlay``; the launcher instead mounts a
   kernel overlayfs (lower: the read-only rootfs of :mod:`.rootfs`; upper/work: the session's own
-  dir under ``base_dir``) inside a private mount namespace (``unshare --mount``) and binds it as
+  dir under ``base_dir``) inside a private mount namespace (``_launch.py``) and binds it as
   ``/``. Every session sees the whole Debian tree writable and copy-on-write; nothing of the host
   is mounted. The mount dies with the namespace, the session dir is removed on ``close``.
 * **Namespaces.** ``--unshare-all`` (pid, net: only loopback, ipc, uts, cgroup), a hostname,
   ``--new-session``, ``--die-with-parent``; ``/proc`` and a minimal ``/dev``.
-* **User.** Root inside (as in AgentBench's containers) with only Docker's default capabilities.
-* **Limits.** memory and pids through a cgroup per session (:mod:`.cgroups`); a command past its
-  timeout is interrupted (SIGINT to the shell's process group, then SIGKILL to what is left).
+* **User.** Root inside (as in AgentBench's containers) with only Docker's default capabilities,
+  in bubblewrap's own user namespace where uid 0 is the only id mapped.
+* **Limits.** memory and pids through a cgroup per session (:mod:`.cgroups`) where cgroups are
+  writable; else (a container) ``RLIMIT_NPROC`` per session and ``RLIMIT_DATA`` per process
+  (``_launch.py``). A command past its timeout is interrupted (SIGINT to the shell's process
+  group, then SIGKILL to what is left).
 * **Processes.** Every sandbox process carries ``AGENTRL_SANDBOX=<session id>`` in its
   environment; ``close`` kills the cgroup's processes and bwrap (its pid-namespace init takes the
   rest with it) and removes the session dir.
@@ -24,7 +27,16 @@ Layout and isolation (the contract the security tests check):
   a dead one left, also when they use different ``base_dir`` s (cgroups are shared by all).
   Workers sharing a cgroup tree are taken to share a pid namespace (pids of another mean nothing).
 
-Running it needs root on the host (overlay mount, cgroups, joining namespaces for ``exec``).
+Two launch modes (``_launch.py``), the same sandbox inside:
+
+* ``root``: the worker is root with every capability (on a host, or a privileged container); the
+  overlay is mounted in a private mount namespace of the host's user namespace.
+* ``userns`` (automatic when the worker lacks CAP_SYS_ADMIN): the worker is an ordinary user, e.g.
+  the socket-free OS worker container (``envs/os/Dockerfile``), with no capability at all. Each
+  session first gets a user namespace where the worker's uid is root (its only id), the overlay is
+  mounted there (``userxattr``), then bubblewrap runs as that root. The rootfs must be owned by the
+  worker's uid (the image does that), ``base_dir`` must not be on overlayfs (a tmpfs), and user
+  namespaces and a fresh ``/proc`` must be allowed (:func:`userns_problem` checks at ``open``).
 """
 
 from __future__ import annotations
@@ -35,9 +47,9 @@ import json
 import logging
 import os
 import secrets
-import shlex
 import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,6 +71,7 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _READ = 65536
 #: Run as a file with the standard library only (see :meth:`BubblewrapSandbox.exec`).
 _ENTER = str(Path(__file__).with_name("_enter.py"))
+_LAUNCH = str(Path(__file__).with_name("_launch.py"))
 
 
 def sandbox_env(session_id: str) -> dict[str, str]:
@@ -78,8 +91,12 @@ class BubblewrapBackend(SandboxBackend):
         limits: SandboxLimits | None = None,
         base_dir: Path | None = None,
         reap_interval_s: float = 60.0,
+        userns: bool | None = None,
     ) -> None:
         self.rootfs = Path(rootfs) if rootfs else default_rootfs_path()
+        #: Unprivileged mode (see the module doc); ``None``: when this process is not root with
+        #: every capability (a worker in a container without the engine's socket).
+        self.userns = (not has_full_root()) if userns is None else userns
         self.limits = limits or SandboxLimits()
         self.base_dir = Path(base_dir) if base_dir else DEFAULT_BASE_DIR
         self.reap_interval_s = reap_interval_s
@@ -89,11 +106,20 @@ class BubblewrapBackend(SandboxBackend):
         self._reaper: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
-        problem = missing_requirements(self.rootfs)
+        problem = missing_requirements(self.rootfs, userns=self.userns)
+        if problem is None and self.userns:
+            self.base_dir.mkdir(parents=True, exist_ok=True)
+            problem = await asyncio.to_thread(userns_problem, self.base_dir)
         if problem:
             raise SandboxError(problem)
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.cgroup_parents = cgroup_parents()
+        if not self.cgroup_parents:
+            log.info(
+                "no writable cgroups: per-process limits instead (RLIMIT_NPROC %d per session, RLIMIT_DATA %d MiB per process)",
+                self.limits.pids,
+                self.limits.memory_mb,
+            )
         await self.reap()
         self._opened = True
         if self.reap_interval_s > 0:
@@ -137,18 +163,67 @@ class BubblewrapBackend(SandboxBackend):
         self._opened = False
 
 
-def missing_requirements(rootfs: Path) -> str | None:
+def has_full_root() -> bool:
+    """Root with every capability (``CapEff`` all set): what the ``root`` launch mode needs."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                eff = int(line.split()[1], 16)
+                return eff & (1 << 21) != 0  # CAP_SYS_ADMIN: mounts, namespaces, cgroups
+    except OSError:
+        pass
+    return False
+
+
+def missing_requirements(rootfs: Path, *, userns: bool = False) -> str | None:
     """Why the bwrap backend cannot run here (a message saying how to fix it), or ``None``."""
     if sys.platform != "linux":
         return "the bubblewrap sandbox needs Linux"
-    if os.geteuid() != 0:
-        return "the bubblewrap sandbox needs root (overlay mounts, cgroups); use backend 'docker' otherwise"
-    for tool in ("bwrap", "unshare", "mount"):
+    if not userns and not has_full_root():
+        return "the bubblewrap sandbox's root mode needs root with CAP_SYS_ADMIN; use userns mode otherwise"
+    for tool in ("bwrap",):
         if shutil.which(tool) is None:
             return f"`{tool}` not found: apt-get install -y bubblewrap (or run .ci/os-sandbox.sh)"
     if not is_complete(rootfs):
         return f"no root filesystem at {rootfs}: build it with `python -m agentrl_envs.sandbox.rootfs` (.ci/os-sandbox.sh)"
     return None
+
+
+def userns_problem(base_dir: Path) -> str | None:
+    """Why userns mode cannot run here, or ``None``: user namespaces with a fresh ``/proc``
+    (a probe), and session dirs that can hold an overlay's upper layer (not on overlayfs)."""
+    probe = subprocess.run([sys.executable, "-I", _LAUNCH, "probe"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        return (
+            f"{probe.stderr.strip() or 'the user-namespace probe failed'}. The unprivileged sandbox needs user "
+            "namespaces (a seccomp profile that allows unshare/mount/setns: in a container, "
+            "agentrl_envs/containers/seccomp-userns.json) and an unmasked /proc (docker run --security-opt "
+            "systempaths=unconfined); `agentrl-envs up --backend docker` sets both for the OS worker"
+        )
+    try:
+        fstype = _fs_type(base_dir)
+    except OSError as e:
+        return f"cannot inspect {base_dir}: {e}"
+    if fstype == "overlay":
+        return (
+            f"the sandbox dir {base_dir} is on overlayfs, which cannot hold an overlay's upper layer: put "
+            "AGENTRL_SANDBOX_DIR on a tmpfs or a volume (docker run --tmpfs /var/lib/agentrl-sandboxes:exec)"
+        )
+    return None
+
+
+def _fs_type(path: Path) -> str:
+    """The file system type of the mount ``path`` is on (longest matching mount point)."""
+    best, kind = "", ""
+    real = os.path.realpath(path)
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        mnt = fields[1].replace("\\040", " ")
+        if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+            best, kind = mnt, fields[2]
+    return kind
 
 
 def session_owner_alive(session_id: str) -> bool | None:
@@ -183,10 +258,24 @@ def reap_stale_sessions(base_dir: Path, parents: list[Path]) -> list[str]:
 
 
 def _rmtree(path: Path) -> None:
-    subprocess_free_umount = path / "merged"
     with contextlib.suppress(OSError):
-        os.rmdir(subprocess_free_umount)
-    shutil.rmtree(path, ignore_errors=True)
+        os.rmdir(path / "merged")
+
+    def unlock(func: object, p: str, exc: object) -> None:
+        # Without CAP_DAC_OVERRIDE (userns mode) a dir the session made unreadable (overlay's own
+        # work/work is mode 000) must be opened up first; it is ours, so chmod works.
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
+
+    shutil.rmtree(path, onerror=unlock)
+    if path.exists():
+        shutil.rmtree(path, onerror=unlock)
 
 
 class BubblewrapSandbox(Sandbox):
@@ -235,21 +324,20 @@ class BubblewrapSandbox(Sandbox):
             raise SandboxError(f"the sandbox shell did not start: {result.output[-2000:]}")
 
     def _launch_argv(self, info_fd: int) -> list[str]:
-        d, lower = self.dir, self.backend.rootfs
+        d, backend = self.dir, self.backend
         bwrap = ["bwrap", "--bind", str(d / "merged"), "/", "--proc", "/proc", "--dev", "/dev"]
         bwrap += ["--unshare-all", "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
         for k, v in sandbox_env(self.id).items():
             bwrap += ["--setenv", k, v]
         bwrap += ["--cap-drop", "ALL"] + [a for c in CAPS for a in ("--cap-add", c)]
         bwrap += ["--chdir", "/root", "--info-fd", str(info_fd), "/bin/bash", "--norc", "--noprofile", "--noediting", "-i"]
-        procs = " ".join(shlex.quote(str(f)) for f in (self.cgroup.procs_files if self.cgroup else []))
-        opts = f"lowerdir={lower},upperdir={d / 'upper'},workdir={d / 'work'}"
-        script = (
-            f'for f in {procs}; do echo $$ > "$f" || exit 97; done\n'
-            f"mount -t overlay overlay -o {shlex.quote(opts)} {shlex.quote(str(d / 'merged'))} || exit 98\n"
-            f"exec {shlex.join(bwrap)}\n"
-        )
-        return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script]
+        procs = ":".join(str(f) for f in (self.cgroup.procs_files if self.cgroup else []))
+        # Without a cgroup, per-process rlimits stand in (userns mode: see _launch.py).
+        nproc = self.limits.pids if self.cgroup is None else 0
+        data = self.limits.memory_mb * 2**20 if self.cgroup is None else 0
+        mode = "userns" if backend.userns else "root"
+        layers = [str(backend.rootfs), str(d / "upper"), str(d / "work"), str(d / "merged")]
+        return [sys.executable, "-I", _LAUNCH, mode, procs, str(nproc), str(data), *layers, "--", *bwrap]
 
     async def _drain_now(self) -> str:
         if self.proc and self.proc.stdout:

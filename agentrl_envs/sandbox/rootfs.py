@@ -54,12 +54,15 @@ PACKAGES: tuple[str, ...] = (
     "gawk",
     "xz-utils",
     "bzip2",
+    # Not for the tasks: the containerised OS worker's socket-free mode runs bubblewrap sandboxes
+    # in user namespaces from this same tree (envs/os/Dockerfile, sandbox/bwrap.py).
+    "bubblewrap",
 )
 
 #: A file written last into a finished root filesystem: its presence means "complete".
 STAMP = ".agentrl-rootfs-complete"
 #: What the stamp holds: the recipe of the tree. A tree built by another recipe is rebuilt.
-RECIPE = "debootstrap minbase + PACKAGES + user ubuntu (1000, /home/ubuntu) v2\n"
+RECIPE = "debootstrap minbase + PACKAGES + user ubuntu (1000, /home/ubuntu) v3\n"
 
 DEFAULT_SUITE = "bookworm"
 

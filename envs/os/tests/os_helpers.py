@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_envs.sandbox.bwrap import MARKER_ENV, missing_requirements
+from agentrl_envs.sandbox.bwrap import MARKER_ENV, has_full_root, missing_requirements
 from agentrl_envs.sandbox.rootfs import default_rootfs_path
 
 
 def require_sandbox() -> Path:
     rootfs = default_rootfs_path()
-    problem = missing_requirements(rootfs)
+    # As root: the root launch mode; else (the socket-free worker container) the userns mode.
+    problem = missing_requirements(rootfs, userns=not has_full_root())
     if problem:
         hint = ' (run: eval "$(sudo .ci/os-sandbox.sh | tail -n1)")'
         if os.environ.get("CI", "").lower() == "true":
