@@ -35,23 +35,31 @@ SECCOMP_USERNS = Path(__file__).with_name("seccomp-userns.json")
 
 
 def userns_host_config(user: str = "") -> dict[str, Any]:
-    """The least a worker with ``agentrl.sandbox-profile=userns`` needs, as Engine API HostConfig
-    fields: no capability, no new privileges, a seccomp profile that allows what user namespaces
-    need (:data:`SECCOMP_USERNS`), an unmasked ``/proc`` (``--security-opt systempaths=unconfined``:
-    a sandbox mounts a fresh ``/proc``, which Linux refuses while parts of the container's are
-    masked; the worker is not root, so the files Docker masks or makes read-only stay out of its
-    reach by their permissions) and a tmpfs for the session dirs, owned by ``user`` (the image's
-    ``USER``, ``uid[:gid]``: Docker keeps an image dir's mode under a tmpfs, not its owner)."""
+    """What a worker with ``agentrl.sandbox-profile=userns`` needs, as Engine API HostConfig fields.
+
+    * Capabilities: only CAP_SETUID and CAP_SETGID, and only in the bounding set: the worker is not
+      root and holds none; ``newuidmap``/``newgidmap`` get them from file capabilities to map a
+      session's user namespace (the image has no setuid program: nothing in it can become root).
+      Hence no ``no-new-privileges``, which would void file capabilities.
+    * Seccomp: :data:`SECCOMP_USERNS`, Docker's default refuses unshare/mount/setns to a process
+      without CAP_SYS_ADMIN; this one allows them and refuses what no task needs (bpf, keyrings,
+      modules, perf, io_uring, userfaultfd, ...).
+    * An unmasked ``/proc`` (``--security-opt systempaths=unconfined``): a sandbox mounts a fresh
+      ``/proc``, which Linux refuses while any part of the container's is masked or read-only. The
+      files Docker protects that way are writable or readable by root only, which nothing here is.
+    * A tmpfs for the session dirs (overlayfs cannot be an overlay's upper layer), owned by ``user``
+      (the image's ``USER``, ``uid[:gid]``: Docker keeps an image dir's mode under a tmpfs, not its owner).
+    """
     uid, _, gid = user.partition(":")
     owner = f",uid={uid},gid={gid or uid}" if uid.isdigit() and (gid or uid).isdigit() else ""
     return {
         "CapDrop": ["ALL"],
-        "SecurityOpt": ["no-new-privileges", "seccomp=" + SECCOMP_USERNS.read_text()],
+        "CapAdd": ["SETUID", "SETGID"],
+        "SecurityOpt": ["seccomp=" + SECCOMP_USERNS.read_text()],
         "MaskedPaths": [],
         "ReadonlyPaths": [],
         "Tmpfs": {SANDBOX_DIR: "rw,exec,nosuid,nodev,mode=700" + owner},
     }
-
 
 class DockerUnavailable(InfrastructureError):
     """The docker SDK is missing or no Docker engine answers."""

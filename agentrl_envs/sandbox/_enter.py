@@ -1,13 +1,13 @@
 """Run a command inside a running sandbox (the ``exec`` path of the bubblewrap backend).
 
-Usage: ``python -I .../sandbox/_enter.py PID CGROUP_PROCS_FILES(colon-separated) CWD -- ENV... -- ARGV...``
+Usage: ``python -I .../sandbox/_enter.py PID USERNS_PID CGROUP_PROCS_FILES(colon-separated) CWD -- ENV... -- ARGV...``
+(``USERNS_PID``: the launcher whose user namespace to join first, in userns mode; 0 in root mode)
 
 Run it as a file, never with ``-m``: it must stay single-threaded to join the sandbox's mount
 namespace, and importing the package could start threads (a BLAS pool). It imports only the
 standard library.
 
-Joins the namespaces of ``PID`` (the sandbox's init; its user namespace first when it has its own)
-and its root directory, drops every
+Joins the namespaces of ``PID`` (the sandbox's init) and its root directory, drops every
 capability outside Docker's default set (the sandbox's files may have been changed by the model:
 nothing inside it runs with more than the sandbox's own root has), forks into the pid namespace
 and execs ``ARGV`` with exactly ``ENV``. It waits for the child and exits with its status; if this
@@ -31,21 +31,21 @@ _NS_ORDER = ("ipc", "uts", "net", "pid", "mnt")
 
 
 def main(argv: list[str]) -> int:
-    pid, procs, cwd = int(argv[0]), argv[1], argv[2]
-    rest = argv[4:]
+    pid, userns_pid, procs, cwd = int(argv[0]), int(argv[1]), argv[2], argv[3]
+    rest = argv[5:]
     sep = rest.index("--")
     env_list, cmd = rest[:sep], rest[sep + 1 :]
     for f in filter(None, procs.split(":")):
         with open(f, "w") as fh:
             fh.write(str(os.getpid()))
     libc = ctypes.CDLL(None, use_errno=True)
-    order = _NS_ORDER
-    if os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user"):
-        # The sandbox's own user namespace first (bubblewrap made it; in userns mode it sits in the
-        # launcher's, which this worker's uid owns): then the commands run as the shell's root
-        # does, and joining the other namespaces needs no capability on the host.
-        order = ("user", *_NS_ORDER)
-    fds = [os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY) for ns in order]
+    paths = [f"/proc/{pid}/ns/{ns}" for ns in _NS_ORDER]
+    if userns_pid:
+        # userns mode: the launcher's user namespace first (this worker's uid owns it, so it gets
+        # every capability there and over the sandbox's namespaces, which bubblewrap made inside
+        # it); scripts then see the ids a root-mode script sees on the host.
+        paths.insert(0, f"/proc/{userns_pid}/ns/user")
+    fds = [os.open(p, os.O_RDONLY) for p in paths]
     root = os.open(f"/proc/{pid}/root", os.O_RDONLY)
     for fd in fds:
         if libc.setns(fd, 0) != 0:

@@ -9,11 +9,17 @@ namespace fails in a multithreaded process) and it imports only the standard lib
 ``MODE`` is ``root`` (the worker is root with every capability: the overlay is mounted in a private
 mount namespace of the host's user namespace, as ``unshare --mount`` did) or ``userns`` (the worker
 is an ordinary user, e.g. the socket-free OS worker container: this process first enters a new user
-namespace in which its own uid and gid are root, the only ids mapped, as bubblewrap maps its own
-sandboxes, so the sandbox sees the same ids in both modes; the overlay is mounted there, which Linux
-allows an unprivileged user since 5.11). Then it writes its pid into every cgroup ``procs`` file
-(before entering a user namespace: that needs the host's view), sets ``RLIMIT_NPROC`` and
-``RLIMIT_DATA`` when given (> 0), mounts the overlay at ``MERGED`` and execs bubblewrap.
+namespace where its own uid and gid are root and, when ``newuidmap``/``newgidmap`` and an
+``/etc/subuid``/``/etc/subgid`` range of its user exist, ids 1..N are that range, so init and check
+scripts (which ``_enter.py`` runs in this namespace) may ``chown`` to other users as they can on a
+host; without a range only root is mapped. Bubblewrap's own namespace inside maps root alone in
+both modes. The overlay is mounted there, which Linux allows an unprivileged user since 5.11).
+Then it writes its pid into every cgroup ``procs`` file (before entering a user namespace: that
+needs the host's view), sets ``RLIMIT_NPROC`` and ``RLIMIT_DATA`` when given (> 0), mounts the
+overlay at ``MERGED`` and execs bubblewrap.
+
+``python -I _launch.py rm DIR``: remove ``DIR`` from inside such a user namespace (files that
+scripts gave to other users are out of the worker's reach outside it).
 
 In ``userns`` mode ``RLIMIT_NPROC`` is a per-session process limit: Linux counts processes per user
 namespace and uid (and checks every enclosing namespace against the limit it had when the inner one
@@ -50,9 +56,59 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {fstype or ''} on {target}")
 
 
+def subordinate_range(path: str, uid: int) -> tuple[int, int] | None:
+    """``(start, count)`` of the first range of ``uid``'s user in ``/etc/subuid``-style ``path``."""
+    import pwd
+
+    try:
+        names = {str(uid), pwd.getpwuid(uid).pw_name}
+    except KeyError:
+        names = {str(uid)}
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.strip().split(":")
+                if len(parts) == 3 and parts[0] in names and parts[1].isdigit() and parts[2].isdigit():
+                    return int(parts[1]), min(int(parts[2]), 65536)
+    except OSError:
+        pass
+    return None
+
+
+def _helpers_available() -> bool:
+    import shutil
+
+    return all(shutil.which(t) for t in ("newuidmap", "newgidmap"))
+
+
 def enter_own_user_namespace(extra_flags: int = 0) -> None:
-    """Unshare a user namespace (and ``extra_flags``) in which this process's uid and gid are 0."""
+    """Unshare a user namespace (and ``extra_flags``) in which this process's uid and gid are 0,
+    and 1..N a subordinate range of its user when there is one (see the module doc)."""
     uid, gid = os.getuid(), os.getgid()
+    ranges = (subordinate_range("/etc/subuid", uid), subordinate_range("/etc/subgid", uid))
+    if uid != 0 and None not in ranges and _helpers_available():
+        (us, uc), (gs, gc) = ranges  # type: ignore[misc]
+        ready_r, ready_w = os.pipe()
+        helper = os.fork()
+        if helper == 0:  # waits until the parent has its namespace, then maps it from outside
+            os.close(ready_w)
+            os.read(ready_r, 1)
+            import subprocess
+
+            pid = str(os.getppid())
+            rc = subprocess.run(["newuidmap", pid, "0", str(uid), "1", "1", str(us), str(uc)]).returncode
+            rc = rc or subprocess.run(["newgidmap", pid, "0", str(gid), "1", "1", str(gs), str(gc)]).returncode
+            os._exit(rc)
+        os.close(ready_r)
+        try:
+            _check(_libc.unshare(CLONE_NEWUSER | extra_flags), "unshare(CLONE_NEWUSER)")
+        finally:
+            os.write(ready_w, b"x")
+            os.close(ready_w)
+        _, status = os.waitpid(helper, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise OSError(1, f"newuidmap/newgidmap could not map this namespace (exit {os.waitstatus_to_exitcode(status)})")
+        return
     _check(_libc.unshare(CLONE_NEWUSER | extra_flags), "unshare(CLONE_NEWUSER)")
     # An unprivileged process may map its own ids, its gid only once setgroups is denied.
     with open("/proc/self/setgroups", "w") as f:
@@ -61,6 +117,15 @@ def enter_own_user_namespace(extra_flags: int = 0) -> None:
         f.write(f"0 {uid} 1")
     with open("/proc/self/gid_map", "w") as f:
         f.write(f"0 {gid} 1")
+
+
+def remove_tree(path: str) -> int:
+    """``rm DIR``: remove ``path`` as root of a user namespace mapped as the sandboxes' are."""
+    import shutil
+
+    enter_own_user_namespace()
+    shutil.rmtree(path, ignore_errors=True)
+    return 0 if not os.path.lexists(path) else 1
 
 
 def probe() -> int:
@@ -89,6 +154,8 @@ def probe() -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["probe"]:
         return probe()
+    if argv[:1] == ["rm"]:
+        return remove_tree(argv[1])
     mode, procs, nproc, data, lower, upper, work, merged = argv[:8]
     if argv[8] != "--":
         raise SystemExit("usage: _launch.py MODE PROCS NPROC DATA LOWER UPPER WORK MERGED -- ARGV...")

@@ -127,7 +127,7 @@ class BubblewrapBackend(SandboxBackend):
 
     async def reap(self) -> list[str]:
         """Remove the sessions (dirs, cgroups, processes) of workers that are gone; their ids."""
-        reaped = await asyncio.to_thread(reap_stale_sessions, self.base_dir, self.cgroup_parents)
+        reaped = await asyncio.to_thread(reap_stale_sessions, self.base_dir, self.cgroup_parents, userns=self.userns)
         if reaped:
             log.info("removed %d sandbox sessions of dead workers: %s", len(reaped), ", ".join(reaped))
         return reaped
@@ -237,7 +237,7 @@ def session_owner_alive(session_id: str) -> bool | None:
     return None
 
 
-def reap_stale_sessions(base_dir: Path, parents: list[Path]) -> list[str]:
+def reap_stale_sessions(base_dir: Path, parents: list[Path], *, userns: bool = False) -> list[str]:
     """Remove the session dirs and cgroups whose worker is gone, killing any process left in
     them; return their session ids. A dir whose name is no session id is removed too (``base_dir``
     holds only sessions); a cgroup whose name is none is left alone."""
@@ -246,7 +246,7 @@ def reap_stale_sessions(base_dir: Path, parents: list[Path]) -> list[str]:
         if session_owner_alive(d.name):
             continue
         SessionCgroup([p / d.name for p in parents if (p / d.name).is_dir()]).kill_and_remove()
-        _rmtree(d)
+        _rmtree(d, userns=userns)
         reaped.add(d.name)
     for parent in parents:
         for g in parent.iterdir() if parent.is_dir() else ():
@@ -257,7 +257,7 @@ def reap_stale_sessions(base_dir: Path, parents: list[Path]) -> list[str]:
     return sorted(reaped)
 
 
-def _rmtree(path: Path) -> None:
+def _rmtree(path: Path, *, userns: bool = False) -> None:
     with contextlib.suppress(OSError):
         os.rmdir(path / "merged")
 
@@ -274,8 +274,9 @@ def _rmtree(path: Path) -> None:
                 os.unlink(p)
 
     shutil.rmtree(path, onerror=unlock)
-    if path.exists():
-        shutil.rmtree(path, onerror=unlock)
+    if path.exists() and userns:
+        # Files scripts gave to other users (their ids are the worker's subordinate range).
+        subprocess.run([sys.executable, "-I", _LAUNCH, "rm", str(path)], capture_output=True, timeout=120)
 
 
 class BubblewrapSandbox(Sandbox):
@@ -457,7 +458,8 @@ class BubblewrapSandbox(Sandbox):
         # The file, not `-m`: `-m` imports the agentrl_envs package first, and anything it pulls in
         # that starts a thread (numpy's BLAS pool, via gymnasium) makes setns(CLONE_NEWNS) fail
         # with EINVAL (a multithreaded process cannot join a mount namespace).
-        argv = [sys.executable, "-I", _ENTER, str(self.init_pid), procs, "/root", "--"]
+        userns_pid = self.proc.pid if self.backend.userns and self.proc else 0
+        argv = [sys.executable, "-I", _ENTER, str(self.init_pid), str(userns_pid), procs, "/root", "--"]
         argv += [*env, "--", "/bin/bash", "-c", script, "bash", *args]
         # No stdin → /dev/null (an empty stdin, as AgentBench gives): writing b"" to a pipe whose
         # reader already exited raised "handler is closed" under uvloop in 32-48 of 200 sessions.
@@ -503,7 +505,7 @@ class BubblewrapSandbox(Sandbox):
             for pid in _descendants(self.init_pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-        _rmtree(self.dir)
+        _rmtree(self.dir, userns=self.backend.userns)
 
 
 def _read_all(fd: int) -> str:

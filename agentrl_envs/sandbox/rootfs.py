@@ -55,14 +55,16 @@ PACKAGES: tuple[str, ...] = (
     "xz-utils",
     "bzip2",
     # Not for the tasks: the containerised OS worker's socket-free mode runs bubblewrap sandboxes
-    # in user namespaces from this same tree (envs/os/Dockerfile, sandbox/bwrap.py).
+    # in user namespaces from this same tree, their ids mapped by newuidmap/newgidmap
+    # (envs/os/Dockerfile, sandbox/_launch.py).
     "bubblewrap",
+    "uidmap",
 )
 
 #: A file written last into a finished root filesystem: its presence means "complete".
 STAMP = ".agentrl-rootfs-complete"
 #: What the stamp holds: the recipe of the tree. A tree built by another recipe is rebuilt.
-RECIPE = "debootstrap minbase + PACKAGES + user ubuntu (1000, /home/ubuntu) v3\n"
+RECIPE = "debootstrap minbase + PACKAGES + user ubuntu (1000, /home/ubuntu) v4\n"
 
 DEFAULT_SUITE = "bookworm"
 

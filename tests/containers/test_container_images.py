@@ -54,7 +54,8 @@ def test_build_makes_images_with_healthchecks_and_reuses_them(built_images, clie
     again = build_all(TASKS, log=lambda _: None)
     assert all(b.reused for b in again), "unchanged inputs reuse every image"
     assert [b.ref for b in again] == [b.ref for b in first]
-    assert client.images.get(built_images["worker-os"].ref).labels["agentrl.mount-docker-socket"] == "true"
+    labels = client.images.get(built_images["worker-os"].ref).labels
+    assert labels["agentrl.sandbox-profile"] == "userns" and labels["agentrl.socket-option"] == "backend=docker"
 
 
 @pytest.mark.docker

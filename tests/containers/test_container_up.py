@@ -78,6 +78,25 @@ def test_db_and_os_from_containers_pass_check_and_eval(built_images, client, tmp
         model.stop()
 
 
+def test_os_worker_modes_socket_free_by_default_socket_opt_in(built_images, client):  # noqa: F811
+    """Default: the OS worker has no engine socket and no capability, its sessions are sandboxes
+    inside it (no session container appears). With the option backend=docker it gets the socket
+    and its sessions are sibling containers. Both pass the OS task's reference check."""
+    for options, socket in (({}, False), ({"backend": "docker"}, True)):
+        with DockerStack(["os"], task_options={"os": options}) as stack:
+            attrs = stack.containers["worker-os"].attrs
+            binds = attrs["HostConfig"].get("Binds") or []
+            assert any("docker.sock" in b for b in binds) is socket, binds
+            if not socket:
+                assert attrs["HostConfig"]["CapDrop"] == ["ALL"] and attrs["Config"]["User"] == "2000:2000"
+            check = subprocess.run(cli("check", "os", "--controller", stack.url, "--json"), capture_output=True, text=True)
+            assert check.returncode == 0, check.stderr[-2000:]
+            assert json.loads(check.stdout)["solved"] >= 24, "every dev sample with a reference solution"
+            sessions = client.containers.list(all=True, filters={"label": "agentrl.sandbox"})
+            assert not sessions, "sessions end with their containers"
+        assert not client.containers.list(all=True, filters={"label": f"{STACK_LABEL}={stack.id}"}), "teardown by id"
+
+
 def test_kg_from_a_container_passes_check(built_images, client):  # noqa: F811
     with DockerStack(["kg"]) as stack:
         assert set(stack.health().values()) == {"healthy"}

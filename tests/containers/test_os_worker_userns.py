@@ -74,15 +74,53 @@ def test_worker_image_is_socket_free_by_default(built_images, client):  # noqa: 
     assert img.labels[SANDBOX_PROFILE_LABEL] == "userns"
     assert img.labels[SOCKET_OPTION_LABEL] == "backend=docker"
     assert img.attrs["Config"]["User"] == "2000:2000"
-    code, out = run_in_worker_image(
-        client, img.id, ["sh", "-c", "id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; ls /var/run/docker.sock 2>&1; true"]
+    script = (
+        "id -u; grep -E '^(CapEff|CapBnd|Seccomp):' /proc/self/status; ls /var/run/docker.sock 2>&1; "
+        "find / -xdev -perm /6000 -type f ! -path '/opt/agentrl/rootfs/*' 2>/dev/null | sort; "
+        "python3 -c \"import os; print(*(os.getxattr(f, 'security.capability').hex() for f in ('/usr/bin/newuidmap', '/usr/bin/newgidmap')))\"; "
+        "stat -c '%u:%g %n' /opt/agentrl/rootfs/etc /opt/agentrl/rootfs/home/ubuntu /opt/agentrl/rootfs/etc/shadow"
     )
+    code, out = run_in_worker_image(client, img.id, ["sh", "-c", script])
     assert code == 0, out
-    lines = dict(line.split(":\t") for line in out.splitlines()[1:5])
-    assert out.splitlines()[0] == "2000"
-    assert int(lines["CapEff"], 16) == 0 and int(lines["CapBnd"], 16) == 0, out  # not even in the bounding set
-    assert lines["NoNewPrivs"] == "1" and lines["Seccomp"] == "2", out  # no setuid gains; a filter is on
-    assert "No such file" in out  # no engine socket
+    lines = out.splitlines()
+    status = dict(line.split(":\t") for line in lines[1:4])
+    assert lines[0] == "2000", out  # not root
+    assert int(status["CapEff"], 16) == 0, out  # holds no capability
+    assert int(status["CapBnd"], 16) == (1 << 6) | (1 << 7), out  # only SETGID, SETUID, for the two helpers
+    assert status["Seccomp"] == "2", out  # a filter is on
+    assert "No such file" in lines[4]  # no engine socket
+    # No setuid program (nothing can become root); the two helpers hold CAP_SETUID / CAP_SETGID
+    # (effective, permitted) as file capabilities.
+    assert lines[5] == "0100000280000000000000000000000000000000 0100000240000000000000000000000000000000", out
+    # root -> 2000, ubuntu (1000) -> 100999, group shadow (42) -> 100041
+    assert lines[6:9] == [
+        "2000:2000 /opt/agentrl/rootfs/etc",
+        "100999:100999 /opt/agentrl/rootfs/home/ubuntu",
+        "2000:100041 /opt/agentrl/rootfs/etc/shadow",
+    ], out
+
+
+def test_scripts_may_chown_to_other_users_as_on_a_host(built_images, client):  # noqa: F811
+    """Init and check scripts run in the session's user namespace, where ids 1..65536 exist."""
+    code = (
+        "import asyncio\n"
+        "from agentrl_envs.sandbox.bwrap import BubblewrapBackend\n"
+        "async def main():\n"
+        "    async with BubblewrapBackend('/opt/agentrl/rootfs', base_dir='/var/lib/agentrl-sandboxes/b') as b:\n"
+        "        box = await b.create()\n"
+        "        r = await box.exec('useradd -m bob && mkdir /srv/x && chown bob:bob /srv/x && chmod 700 /srv/x && touch /srv/x/f && stat -c %U /srv/x /home/bob')\n"
+        "        print('exec', r.exit_code, r.output.split())\n"
+        "        r = await box.shell('id bob; ls /srv/x')\n"
+        "        print('shell', r.exit_code, r.output.strip())\n"
+        "        await box.close()\n"
+        "    import os; print('left', os.listdir('/var/lib/agentrl-sandboxes/b'))\n"
+        "asyncio.run(main())\n"
+    )
+    rc, out = run_in_worker_image(client, built_images["worker-os"].ref, ["python3", "-c", code])
+    assert rc == 0, out
+    assert "exec 0 ['bob', 'bob']" in out, out
+    assert "uid=1001(bob)" in out, out  # the shell (root only, as bubblewrap maps it) sees the same files
+    assert "left []" in out, out  # a dir owned by another user is removed too
 
 
 def test_escape_suite_passes_in_the_socket_free_worker(built_images, client, tmp_path):  # noqa: F811
