@@ -1,11 +1,16 @@
 """OS sandbox latency: session start (docker cold, docker warm pool, bubblewrap) and command round trip.
 
-    python benchmarks/os_sandbox.py [--sessions 20] [--commands 50] [--skip-docker] [--skip-bwrap]
+    python benchmarks/os_sandbox.py [--sessions 20] [--commands 50] [--skip-docker] [--skip-bwrap] [--skip-userns]
 
 Session start is ``await backend.create()`` until the session's persistent shell answers (the
 first ``shell("true")`` is included, so every backend is measured to the same point). Docker
 "cold" has no pool (``docker run`` on every start); "warm" lets the pool refill between starts,
 as a worker does between sessions. Round trip is ``shell("echo hi")`` in a live session.
+"bwrap" is the bubblewrap backend on this host as root (root launch mode, cgroups);
+"bwrap_userns_container" is the same measurement inside the socket-free OS worker image
+(``agentrl/worker-os``, uid 2000, userns launch mode) run with the options ``agentrl-envs up``
+gives it (:func:`agentrl_envs.containers.engine.userns_host_config`); "docker" is the socket mode's
+backend (a container per session), driven from this host.
 Results go to ``benchmarks/results/os_sandbox.json``. Needs root; bubblewrap needs the rootfs
 (``.ci/os-sandbox.sh``), docker a running engine (``.ci/docker.sh``) and ``agentrl-envs build``'s
 base image (built on first use).
@@ -71,14 +76,51 @@ async def bench_bwrap(a: argparse.Namespace) -> dict[str, Any]:
     from agentrl_envs.sandbox.bwrap import BubblewrapBackend, missing_requirements
     from agentrl_envs.sandbox.rootfs import default_rootfs_path
 
-    problem = missing_requirements(default_rootfs_path())
+    rootfs = default_rootfs_path()
+    backend = BubblewrapBackend(rootfs, limits=LIMITS)
+    problem = missing_requirements(rootfs, userns=backend.userns)
     if problem:
         return {"skipped": problem}
-    async with BubblewrapBackend(limits=LIMITS) as backend:
+    async with backend:
         return {
+            "mode": "userns" if backend.userns else "root",
+            "cgroups": bool(backend.cgroup_parents),
             "start": summary(await starts(backend, a.sessions)),
             "round_trip": summary(await round_trips(backend, a.commands)),
         }
+
+
+def bench_userns_container(a: argparse.Namespace) -> dict[str, Any]:
+    """This file's bwrap measurement, run inside the socket-free worker image (built if needed)."""
+    try:
+        from agentrl_envs.containers.build import build_all
+        from agentrl_envs.containers.engine import docker_client, userns_host_config
+
+        ref = next(b.ref for b in build_all(["os"], log=lambda _: None) if b.name == "worker-os")
+        client = docker_client()
+    except Exception as e:
+        return {"skipped": f"{type(e).__name__}: {e}"}
+    try:
+        api = client.api
+        hc = api.create_host_config(
+            network_mode="none", binds={str(Path(__file__).resolve()): {"bind": "/bench.py", "mode": "ro"}}
+        )
+        hc.update(userns_host_config(client.images.get(ref).attrs["Config"].get("User") or ""))
+        argv = ["/bench.py", "--inner-bwrap", "--sessions", str(a.sessions), "--commands", str(a.commands)]
+        c = api.create_container(
+            ref, entrypoint=["python3"], command=argv, host_config=hc, environment={"AGENTRL_ROOTFS": "/opt/agentrl/rootfs"}
+        )
+        try:
+            api.start(c)
+            code = api.wait(c, timeout=1800)["StatusCode"]
+            out = api.logs(c, stderr=False).decode()
+            if code != 0:
+                return {"skipped": f"exit {code}: {api.logs(c).decode()[-1500:]}"}
+        finally:
+            api.remove_container(c, force=True)
+        return {**json.loads(out.strip().splitlines()[-1]), "image": ref}
+    finally:
+        client.close()
 
 
 async def bench_docker(a: argparse.Namespace) -> dict[str, Any]:
@@ -109,19 +151,26 @@ def main() -> int:
     ap.add_argument("--commands", type=int, default=50)
     ap.add_argument("--skip-docker", action="store_true")
     ap.add_argument("--skip-bwrap", action="store_true")
+    ap.add_argument("--skip-userns", action="store_true", help="skip the socket-free worker container")
+    ap.add_argument("--inner-bwrap", action="store_true", help=argparse.SUPPRESS)  # inside the container: print JSON
     ap.add_argument("--output", default=str(Path(__file__).parent / "results" / "os_sandbox.json"))
     a = ap.parse_args()
+    if a.inner_bwrap:
+        print(json.dumps(asyncio.run(bench_bwrap(a))))
+        return 0
     results: dict[str, Any] = {"cpus": os.cpu_count()}
     if not a.skip_bwrap:
         results["bwrap"] = asyncio.run(bench_bwrap(a))
+    if not a.skip_userns:
+        results["bwrap_userns_container"] = bench_userns_container(a)
     if not a.skip_docker:
         results["docker"] = asyncio.run(bench_docker(a))
-    for backend in ("bwrap", "docker"):
+    for backend in ("bwrap", "bwrap_userns_container", "docker"):
         for key, value in results.get(backend, {}).items():
             if isinstance(value, dict):
-                print(f"{backend:<7}{key:<17} p50 {value['p50_ms']:8.1f} ms   p99 {value['p99_ms']:8.1f} ms   (n={value['n']})")
+                print(f"{backend:<23}{key:<17} p50 {value['p50_ms']:8.1f} ms   p99 {value['p99_ms']:8.1f} ms   (n={value['n']})")
             else:
-                print(f"{backend:<7}{key:<17} {value}")
+                print(f"{backend:<23}{key:<17} {value}")
     out = Path(a.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -49,6 +49,7 @@ class Worker:
                 command=args,
                 environment={"HOST": "127.0.0.1", "PORT": str(self.port)},
                 network_mode="host",
+                user="root",  # the image's opt-in socket mode (backend=docker): the socket is root's
                 volumes={DOCKER_SOCKET: {"bind": DOCKER_SOCKET, "mode": "rw"}},
                 labels={TEST_LABEL: run_id},
                 detach=True,
