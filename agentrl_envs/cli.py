@@ -178,22 +178,28 @@ def cmd_up(a: argparse.Namespace) -> int:
     options = {t: task_options(t, a.option if len(tasks) == 1 else None) for t in tasks}
     from .auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, env_token, is_loopback, new_token
 
-    if a.backend == "docker":
-        from .containers.up import cmd_up_docker
-
-        if not is_loopback(a.host) and not _insecure(a):
-            raise AgentRLEnvsError(
-                f"up --backend docker does not pass tokens into its containers yet: on {a.host} its controller would be "
-                "open to anyone who reaches it. Use --host 127.0.0.1 (and a TLS proxy with auth in front), the local "
-                "backend, or --insecure (docs/security.md)"
-            )
-        return cmd_up_docker(a, options)
     # Beyond loopback: tokens, generated unless given in the environment, printed once.
     client_token = env_token(CLIENT_TOKEN_ENV)
     worker_secret = env_token(WORKER_SECRET_ENV)
     if not is_loopback(a.host) and not _insecure(a):
         client_token = client_token or new_token()
         worker_secret = worker_secret or new_token()
+
+    def announce(port: int) -> None:
+        if client_token and not env_token(CLIENT_TOKEN_ENV):
+            print(
+                f"listening on {a.host}: tokens required. Clients: {CLIENT_TOKEN_ENV}={client_token}  "
+                f"(or http://agentrl:{client_token}@HOST:{port}/api)\n"
+                f"workers on other hosts: {WORKER_SECRET_ENV}={worker_secret}  (keep both secret)",
+                flush=True,
+            )
+
+    if a.backend == "docker":
+        from .containers.up import cmd_up_docker
+
+        return cmd_up_docker(
+            a, options, client_token=client_token, worker_secret=worker_secret, insecure=_insecure(a), announce=announce
+        )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with LocalStack(
@@ -212,13 +218,7 @@ def cmd_up(a: argparse.Namespace) -> int:
         # docker-client call could leave a lock held that the teardown then waits on forever.
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         print(f"controller: {stack.url}/api   tasks: {', '.join(tasks)}   logs: {stack.log_dir}", flush=True)
-        if client_token and not env_token(CLIENT_TOKEN_ENV):
-            print(
-                f"listening on {a.host}: tokens required. Clients: {CLIENT_TOKEN_ENV}={client_token}  "
-                f"(or http://agentrl:{client_token}@HOST:{stack.port}/api)\n"
-                f"workers on other hosts: {WORKER_SECRET_ENV}={worker_secret}  (keep both secret)",
-                flush=True,
-            )
+        announce(stack.port)
         print("press Ctrl-C to stop", flush=True)
         try:
             while not stop.wait(1.0):

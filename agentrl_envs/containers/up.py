@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from ..auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, bearer
 from ..errors import InfrastructureError
 from ..stack import free_port, tasks_without_live_worker, worker_args
 from .engine import (
@@ -60,6 +61,9 @@ class DockerStack:
         tag: str = "latest",
         startup_timeout: float = 120.0,
         extra_run_args: dict[str, dict[str, Any]] | None = None,
+        client_token: str | None = None,
+        worker_secret: str | None = None,
+        insecure: bool = False,
     ) -> None:
         if not tasks:
             raise ValueError("DockerStack needs at least one task")
@@ -73,6 +77,11 @@ class DockerStack:
         self.tag = tag
         self.startup_timeout = startup_timeout
         self.extra_run_args = extra_run_args or {}
+        #: Passed to the containers in their environment (never on a command line: ``docker
+        #: inspect`` shows both, but the environment is not in the process list of the host).
+        self.client_token = client_token
+        self.worker_secret = worker_secret
+        self.insecure = insecure
         self.id = secrets.token_hex(6)
         self.containers: dict[str, Any] = {}
         self._client: Any = None
@@ -108,10 +117,17 @@ class DockerStack:
         host_config = api.create_host_config(network_mode="host", binds=binds or None, **extra)
         for k, v in host_fields.items():
             host_config[k] = v if k != "CapDrop" else sorted({*host_config.get("CapDrop", []), *v})
+        env = {"HOST": self.host, "PORT": str(port)}
+        if self.worker_secret:
+            env[WORKER_SECRET_ENV] = self.worker_secret
+        if self.client_token and role == "controller":
+            env[CLIENT_TOKEN_ENV] = self.client_token
+        if self.insecure:
+            env["AGENTRL_INSECURE"] = "1"
         created = api.create_container(
             image,
             command=args,
-            environment={"HOST": self.host, "PORT": str(port)},
+            environment=env,
             labels={STACK_LABEL: self.id, "agentrl.role": role},
             name=f"agentrl-{self.id}-{role}",
             user=user,
@@ -161,7 +177,7 @@ class DockerStack:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
-        with httpx.Client(timeout=2.0) as http:
+        with httpx.Client(timeout=2.0, headers=bearer(self.client_token)) as http:
             while True:
                 health = self.health()
                 gone = [r for r, s in health.items() if s not in ("starting", "healthy", "unhealthy")]
@@ -192,17 +208,37 @@ class DockerStack:
             self._client = None
 
 
-def cmd_up_docker(a: Any, options: dict[str, dict[str, Any]]) -> int:
-    """``up --backend docker``: run until Ctrl-C/SIGTERM or a container exits; always tear down."""
+def cmd_up_docker(
+    a: Any,
+    options: dict[str, dict[str, Any]],
+    *,
+    client_token: str | None = None,
+    worker_secret: str | None = None,
+    insecure: bool = False,
+    announce: Any = None,
+) -> int:
+    """``up --backend docker``: run until Ctrl-C/SIGTERM or a container exits; always tear down.
+    ``announce(port)``: prints the tokens once the stack is up (the CLI's)."""
     tasks = [t for t in a.tasks.split(",") if t]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with DockerStack(tasks, split=a.split, task_options=options, port=a.port, host=a.host) as stack:
+    with DockerStack(
+        tasks,
+        split=a.split,
+        task_options=options,
+        port=a.port,
+        host=a.host,
+        client_token=client_token,
+        worker_secret=worker_secret,
+        insecure=insecure,
+    ) as stack:
         # From here Ctrl-C only sets the flag: a KeyboardInterrupt raised inside a subprocess or
         # docker-client call could leave a lock held that the teardown then waits on forever.
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         ids = ", ".join(f"{r}={c.short_id}" for r, c in stack.containers.items())
         print(f"controller: {stack.url}/api   tasks: {', '.join(tasks)}   containers: {ids}", flush=True)
+        if announce is not None:
+            announce(stack.port)
         print(f"label: {STACK_LABEL}={stack.id}   press Ctrl-C to stop", flush=True)
         try:
             while not stop.wait(2.0):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -96,6 +97,28 @@ def test_os_worker_modes_socket_free_by_default_socket_opt_in(built_images, clie
             assert bool(sessions) is socket, "sessions are containers only in the socket mode (a warm pool stays)"
         assert not client.containers.list(all=True, filters={"label": f"{STACK_LABEL}={stack.id}"}), "teardown by id"
         assert not client.containers.list(all=True, filters={"label": "agentrl.sandbox"}), "no session container left"
+
+
+def test_docker_stack_with_tokens(built_images, client):  # noqa: F811
+    """Tokens reach the containers through their environment (not their command line): the
+    controller refuses a client without the token, the worker registered with the secret, and a
+    client with the token checks the task. Loopback, as every test here."""
+    with DockerStack(["db"], client_token="c-token-dock", worker_secret="w-secret-dock") as stack:
+        assert httpx.get(f"{stack.url}/health").status_code == 200
+        assert httpx.get(f"{stack.url}/api/list_workers").status_code == 401
+        workers = httpx.get(f"{stack.url}/api/list_workers", headers={"Authorization": "Bearer c-token-dock"}).json()
+        assert "db" in json.dumps(workers)
+        env = {**os.environ, "AGENTRL_CLIENT_TOKEN": "c-token-dock"}
+        check = subprocess.run(cli("check", "db", "--controller", stack.url, "--json"), capture_output=True, text=True, env=env)
+        assert check.returncode == 0, check.stderr[-2000:]
+        assert json.loads(check.stdout)["solved"] == 60
+        for role, c in stack.containers.items():
+            c.reload()
+            assert "c-token-dock" not in " ".join(c.attrs["Args"]) and "w-secret-dock" not in " ".join(c.attrs["Args"])
+            env_vars = c.attrs["Config"]["Env"]
+            assert ("AGENTRL_CLIENT_TOKEN=c-token-dock" in env_vars) is (role == "controller"), role
+            assert "AGENTRL_WORKER_SECRET=w-secret-dock" in env_vars
+            assert "c-token-dock" not in c.logs().decode(errors="replace")
 
 
 def test_kg_from_a_container_passes_check(built_images, client):  # noqa: F811

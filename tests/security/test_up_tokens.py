@@ -65,3 +65,23 @@ def test_up_beyond_loopback_generates_and_prints_tokens(monkeypatch, capsys):
             assert f"{CLIENT_TOKEN_ENV}={seen['client_token']}" in out and f"{WORKER_SECRET_ENV}={seen['worker_secret']}" in out
         else:
             assert "tokens required" not in out
+
+
+def test_up_backend_docker_beyond_loopback_passes_generated_tokens(monkeypatch, capsys):
+    seen = {}
+
+    def fake_up_docker(a, options, **kwargs):
+        seen.update(kwargs)
+        kwargs["announce"](5020)
+        return 0
+
+    monkeypatch.delenv(CLIENT_TOKEN_ENV, raising=False)
+    monkeypatch.delenv(WORKER_SECRET_ENV, raising=False)
+    monkeypatch.setattr("agentrl_envs.containers.up.cmd_up_docker", fake_up_docker)
+    assert cli.main(["up", "--backend", "docker", "--tasks", "echo", "--host", "0.0.0.0"]) == 0
+    out = capsys.readouterr().out
+    assert len(seen["client_token"]) >= 40 and len(seen["worker_secret"]) >= 40 and not seen["insecure"]
+    assert f"{CLIENT_TOKEN_ENV}={seen['client_token']}" in out and f"{WORKER_SECRET_ENV}={seen['worker_secret']}" in out
+    seen.clear()
+    assert cli.main(["up", "--backend", "docker", "--tasks", "echo", "--host", "0.0.0.0", "--insecure"]) == 0
+    assert seen["client_token"] is None and seen["insecure"] is True
