@@ -61,6 +61,7 @@ def userns_host_config(user: str = "") -> dict[str, Any]:
         "Tmpfs": {SANDBOX_DIR: "rw,exec,nosuid,nodev,mode=700" + owner},
     }
 
+
 class DockerUnavailable(InfrastructureError):
     """The docker SDK is missing or no Docker engine answers."""
 

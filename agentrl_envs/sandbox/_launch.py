@@ -52,7 +52,7 @@ def _check(rc: int, what: str) -> None:
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-    enc = (lambda s: s.encode() if s is not None else None)  # noqa: E731
+    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
     _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {fstype or ''} on {target}")
 
 
