@@ -126,6 +126,37 @@ class Authenticator:
             for scheme in (b"Bearer ", b"bearer "):
                 self._headers[scheme + raw] = (scheme + raw, principal)
 
+    def replace_tokens(self, new: Authenticator) -> tuple[int, int, int]:
+        """Take ``new``'s tokens (a rotation: the controller's SIGHUP re-reads its tokens file).
+
+        A token kept under the same name keeps its principal object, so its open sessions and its
+        quota's count go on; its roles and limits become the new ones. A removed token is refused
+        from now on (its sessions stay open until they end; an admin may cancel them). Returns
+        (tokens kept, added, removed). Refuses to drop every client token (that would open the
+        controller to anyone)."""
+        if not any(CLIENT in p.roles for _, p in new._tokens.values()):
+            raise AgentRLEnvsError("the new tokens have no client token: kept the old ones")
+        kept = added = 0
+        tokens: dict[bytes, tuple[bytes, Principal]] = {}
+        headers: dict[bytes, tuple[bytes, Principal]] = {}
+        for raw, (_, p) in new._tokens.items():
+            old = self._tokens.get(raw)
+            if old is not None and old[1].name == p.name:
+                old[1].roles, old[1].max_sessions, old[1].starts_per_minute = p.roles, p.max_sessions, p.starts_per_minute
+                p = old[1]
+                kept += 1
+            else:
+                added += 1
+            tokens[raw] = (raw, p)
+            for scheme in (b"Bearer ", b"bearer "):
+                headers[scheme + raw] = (scheme + raw, p)
+        # Two attribute stores: a lookup running meanwhile (a signal handler interrupts between
+        # bytecodes) sees the old tables or the new ones, each consistent.
+        removed = len(self._tokens) - kept
+        self._tokens, self._headers = tokens, headers
+        self.enabled = True
+        return kept, added, removed
+
     def principal(self, authorization: bytes | None) -> Principal | None:
         """The principal a raw ``authorization`` header value names; None if it names none."""
         if not self.enabled:

@@ -106,13 +106,30 @@ def cmd_controller(a: argparse.Namespace) -> int:
 
     shared = [t for t in [_secret(None, CLIENT_TOKEN_ENV), *(a.client_token or [])] if t]
     worker_secret = _secret(a.worker_secret, WORKER_SECRET_ENV)
-    auth = controller_authenticator(
-        client_tokens=shared,
-        tokens_file=a.client_tokens_file,
-        worker_secret=worker_secret,
-        max_sessions=a.max_sessions_per_client,
-        starts_per_minute=a.starts_per_minute_per_client,
-    )
+
+    def tokens() -> Any:
+        return controller_authenticator(
+            client_tokens=shared,
+            tokens_file=a.client_tokens_file,
+            worker_secret=worker_secret,
+            max_sessions=a.max_sessions_per_client,
+            starts_per_minute=a.starts_per_minute_per_client,
+        )
+
+    auth = tokens()
+    if a.client_tokens_file and auth.enabled:
+
+        def reload(*_: Any) -> None:
+            try:
+                kept, added, removed = auth.replace_tokens(tokens())
+            except (AgentRLEnvsError, OSError) as e:
+                logging.getLogger("agentrl_envs.auth").error("SIGHUP: %s not reloaded (%s): the old tokens stay", a.client_tokens_file, e)
+                return
+            logging.getLogger("agentrl_envs.auth").warning(
+                "SIGHUP: tokens reloaded from %s: %d kept, %d new, %d removed", a.client_tokens_file, kept, added, removed
+            )
+
+        signal.signal(signal.SIGHUP, reload)  # rotate tokens without a restart
     require_auth_off_loopback(
         a.host,
         auth,

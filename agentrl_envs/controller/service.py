@@ -152,7 +152,8 @@ class ControllerService:
         # (task, address) of workers declared dead and not registered again -> time.monotonic()
         self.dead_workers: OrderedDict[tuple[str, str], float] = OrderedDict()
         self.sessions: dict[int, Session] = {}
-        self.ended: OrderedDict[int, tuple[str, str]] = OrderedDict()  # id -> (status, why)
+        # id -> (status, why, whose token started it): a late step of its own client learns how it ended
+        self.ended: OrderedDict[int, tuple[str, str, Principal | None]] = OrderedDict()
         self._remember_ended = remember_ended
         # Session ids are ints on AgentRL's wire (kept under 2**53 for JSON readers that use
         # doubles). Start time in ms × 1000: a restarted controller never hands out an id an
@@ -302,6 +303,7 @@ class ControllerService:
     def _end(self, sid: int, status: SampleStatus | str, why: str = "", name: str | None = None) -> None:
         s = self.sessions.pop(sid, None)
         value = SampleStatus(status).value
+        owner = s.owner if s is not None else (self.ended[sid][2] if sid in self.ended else None)
         if s is not None:
             s.worker.sessions.discard(sid)
             self.metrics.active.labels(s.name).dec()
@@ -314,7 +316,7 @@ class ControllerService:
             if counter is None:
                 counter = self._ended_metrics[key] = self.metrics.ended.labels(*key)
             counter.inc()
-        self.ended[sid] = (value, why)
+        self.ended[sid] = (value, why, owner)
         while len(self.ended) > self._remember_ended:
             self.ended.popitem(last=False)
 
@@ -325,7 +327,9 @@ class ControllerService:
                 raise UnknownSessionError(f"no session {sid}")  # another client's: not there for this one
             return s
         if sid in self.ended:
-            status, why = self.ended[sid]
+            status, why, ended_owner = self.ended[sid]
+            if owner is not None and ended_owner is not None and ended_owner is not owner and ADMIN not in owner.roles:
+                raise UnknownSessionError(f"no session {sid}")  # another client's: not even its status
             raise SessionFinishedError(
                 f"session {sid} already ended with status {status!r}" + (f": {why}" if why else ""), status=status
             )
@@ -500,7 +504,7 @@ class ControllerService:
 
     def _failed(self, sid: int, why: str) -> dict[str, Any]:
         if sid not in self.sessions and sid in self.ended:  # already ended (its worker was declared dead)
-            status, why = self.ended[sid]
+            status, why, _ = self.ended[sid]
             return {"finish": True, "reward": 0, "status": status, "messages": [], "metrics": {"error": why}}
         name = self.sessions[sid].name if sid in self.sessions else "?"
         self._end(sid, SampleStatus.TASK_ERROR, why, name=name)

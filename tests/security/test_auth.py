@@ -176,6 +176,12 @@ def test_a_session_answers_only_the_token_that_started_it(secure_stack):
     own = httpx.post(f"{secure_stack.url}/api/interact", headers={**auth(BOB), "session_id": sid}, json=step)
     assert own.status_code == 200 and not own.json()["finish"], own.text
     assert httpx.post(f"{secure_stack.url}/api/cancel", headers={**auth(ADMIN), "session_id": sid}).status_code == 200
+    # Ended, it stays another client's: no status leaks (404, as for a session that never was);
+    # its own client learns how it ended.
+    other = httpx.post(f"{secure_stack.url}/api/interact", headers={**auth(ALICE), "session_id": sid}, json=step)
+    assert_refused(other, 404, "unknown_session")
+    own = httpx.post(f"{secure_stack.url}/api/interact", headers={**auth(BOB), "session_id": sid}, json=step)
+    assert_refused(own, 409, "session_finished")
 
 
 def test_tokens_are_never_logged(secure_stack, caplog):
