@@ -31,6 +31,8 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httptools
+
 log = logging.getLogger(__name__)
 
 UPGRADE_TOKEN = b"agentrl-mux"
@@ -184,8 +186,10 @@ class MuxClient(_Framed):
         self.pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
         self.paths: frozenset[str] = frozenset()
         self._next_id = 0
-        self._handshake: asyncio.Future[bytes] | None = None
-        self._head = b""
+        self._handshake: asyncio.Future[tuple[int, dict[str, str]]] | None = None
+        self._parser: Any = None  # httptools' response parser, during the handshake only
+        self._answer_headers: dict[str, str] = {}
+        self._head_bytes = 0
         self.error: Exception | None = None  # why it closed, for the requests it fails
 
     @classmethod
@@ -200,41 +204,52 @@ class MuxClient(_Framed):
         loop = asyncio.get_running_loop()
         _, self = await asyncio.wait_for(loop.create_connection(cls, host, port, **tls_options(ssl_context, host)), timeout)
         self._handshake = loop.create_future()
+        self._parser = httptools.HttpResponseParser(self)
         assert self.transport is not None
         self.transport.write(
             b"GET %s%s HTTP/1.1\r\nhost: %s:%d\r\n%sconnection: upgrade\r\nupgrade: %s\r\n\r\n"
             % (prefix.encode("latin-1"), PATH.encode(), host.encode("latin-1"), port, headers.encode("latin-1"), UPGRADE_TOKEN)
         )
         try:
-            head = await asyncio.wait_for(self._handshake, timeout)
+            status, answer = await asyncio.wait_for(self._handshake, timeout)
         except BaseException:
             self.close()
             raise
-        status_line, *lines = head.decode("latin-1").split("\r\n")
-        parts = status_line.split(" ", 2)
-        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-        headers = dict(line.split(":", 1) for line in lines if ":" in line)
-        headers = {k.strip().lower(): v.strip() for k, v in headers.items()}
-        if status != 101 or headers.get("upgrade", "").lower() != UPGRADE_TOKEN.decode():
+        if status != 101 or answer.get("upgrade", "").lower() != UPGRADE_TOKEN.decode():
             self.close()
             return status, None
-        self.paths = frozenset(p for p in headers.get("agentrl-mux-routes", "").split(",") if p)
+        self.paths = frozenset(p for p in answer.get("agentrl-mux-routes", "").split(",") if p)
         return 101, self
+
+    # httptools callbacks, during the handshake
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._answer_headers[name.decode("latin-1").lower()] = value.decode("latin-1").strip()
+
+    def on_headers_complete(self) -> None:
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_result((self._parser.get_status_code(), self._answer_headers))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if self._handshake is not None and not self._handshake.done():
-            self._head += data
-            end = self._head.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self._head) > 65536:
-                    self._handshake.set_exception(OSError("no HTTP answer to the upgrade"))
+        if self._parser is not None:  # the handshake: an HTTP answer, then (after a 101) frames
+            self._head_bytes += len(data)
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserUpgrade as e:
+                data = data[e.args[0] :]
+            except httptools.HttpParserError as e:
+                self._parser = None
+                if self._handshake is not None and not self._handshake.done():
+                    self._handshake.set_exception(OSError(f"no HTTP answer to the upgrade: {e}"))
                 return
-            head, data = self._head[:end], self._head[end + 4 :]
-            self._head = b""
-            self._handshake.set_result(head)
+            else:
+                if self._handshake is not None and not self._handshake.done() and self._head_bytes > 65536:
+                    self._parser = None
+                    self._handshake.set_exception(OSError("no HTTP answer to the upgrade (over 64 KiB of head)"))
+                return  # still the head, or a body after a refusal: nothing to frame
+            self._parser = None
             if not data:
                 return
         try:

@@ -207,3 +207,42 @@ async def test_a_worker_stopping_answers_its_steps_in_flight_then_closes_the_con
             await pool.post(address, "interact", nap, 5.0)
     finally:
         await pool.close()
+
+
+async def test_the_upgrade_answer_is_parsed_with_a_frame_in_the_same_packet_and_garbage_refused():
+    """The handshake's answer is read by httptools: a 101 followed, in the same write, by the first
+    bytes of a frame is split exactly there (the frame completes later and answers its request);
+    a non-HTTP answer is an OSError, not a hang."""
+    from agentrl_envs import mux
+
+    frame = HEAD.pack(3, 1, 200) + b'"x"'  # an answer frame: body length 3, request id 1, status 200
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: bytes, rest: bytes) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        if rest:
+            await reader.readexactly(10 + len("interact") + 2)  # the client's request frame (body "{}")
+            writer.write(rest)
+            await writer.drain()
+        await asyncio.sleep(5)
+        writer.close()
+
+    cases = ((mux.upgrade_answer(["interact"]) + frame[:6], frame[6:]), (b"\x00\x01garbage\r\n\r\n", b""))
+    for answer, rest in cases:
+        server = await asyncio.start_server(lambda r, w, a=answer, x=rest: serve(r, w, a, x), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            if not rest:
+                with pytest.raises(OSError, match="no HTTP answer"):
+                    await mux.MuxClient.open("127.0.0.1", port, "/api", 5)
+                continue
+            status, client = await mux.MuxClient.open("127.0.0.1", port, "/api", 5)
+            assert status == 101 and client is not None and client.paths == frozenset({"interact"})
+            rid, answer_fut = client.start(b"interact", b"{}")
+            assert rid == 1
+            assert await asyncio.wait_for(answer_fut, 5) == (200, b'"x"')
+            client.close()
+        finally:
+            server.close()
+            await server.wait_closed()
