@@ -87,7 +87,7 @@ class _Connection(asyncio.Protocol):
             self.waiter.set_result((self.parser.get_status_code(), b"".join(self.chunks)))
 
     def _time_out(self, peer: str, timeout: float) -> None:
-        self._fail(UpstreamError(f"no answer from {peer} within {timeout:g} s"))
+        self._fail(no_answer(peer, timeout))
 
     def _fail(self, exc: Exception) -> None:
         self.closed = True
@@ -274,7 +274,7 @@ class UpstreamPool:
             rid, answer = mux.start(path.encode(), body)
         except ConnectionError as e:
             raise UpstreamError(str(e)) from None
-        timer = mux.loop.call_later(timeout, _time_out, answer, h.target, timeout)
+        timer = mux.loop.call_later(timeout, _time_out, answer, h.target, timeout)  # the error built only if it fires
         try:
             return await answer
         except ConnectionError as e:
@@ -318,6 +318,11 @@ class UpstreamPool:
         self._hosts.clear()
 
 
+def no_answer(peer: str, timeout: float) -> UpstreamError:
+    """The one error of a request to ``peer`` (``host:port``) unanswered after ``timeout`` s."""
+    return UpstreamError(f"no answer from {peer} within {timeout:g} s")
+
+
 def _time_out(answer: asyncio.Future[tuple[int, bytes]], target: tuple[str, int, str], timeout: float) -> None:
     if not answer.done():
-        answer.set_exception(UpstreamError(f"no answer from {target[0]}:{target[1]} within {timeout:g} s"))
+        answer.set_exception(no_answer(f"{target[0]}:{target[1]}", timeout))
