@@ -438,19 +438,16 @@ class ControllerService:
                 s.worker, "interact", {"session_id": sid, "messages": messages}, self.interaction_timeout
             )
         except WorkerUnreachableError as e:
-            await self._worker_died(s.worker, str(e))
-            return self._failed(sid, f"worker {s.worker.address} serving this session died: {e}")
+            return await self._worker_lost(s, e)
         finally:
             s.busy = False
             s.last_active = time.monotonic()
         if status >= 400:
-            detail = body.get("detail") if isinstance(body, dict) else str(body)
-            code = body.get("error") if isinstance(body, dict) else None
+            code, detail, session_lost = _refusal(status, body)
             if code == "session_busy":
                 raise SessionBusyError(f"session {sid}: {detail}")
-            if status == 422 or code == "invalid_request":
+            if not session_lost:
                 raise InvalidRequestError(f"session {sid}: {detail}")
-            # The worker lost the session (restart, expiry): the episode cannot go on.
             return self._failed(sid, f"worker {s.worker.address} rejected the step ({status}): {detail}")
         out = client_view(body.get("env_out", {}) if isinstance(body, dict) else {})
         key = (s.name, out["status"])
@@ -481,14 +478,11 @@ class ControllerService:
                     s.worker, "interact", {"session_id": sid, "messages": messages}, self.interaction_timeout
                 )
             except WorkerUnreachableError as e:
-                await self._worker_died(s.worker, str(e))
-                return self._failed(sid, f"worker {s.worker.address} serving this session died: {e}")
+                return await self._worker_lost(s, e)
             s.last_active = time.monotonic()
             if status >= 400:
-                detail = body.get("detail") if isinstance(body, dict) else str(body)
-                code = body.get("error") if isinstance(body, dict) else None
-                if code not in ("session_busy", "invalid_request") and status != 422:
-                    # The worker lost the session (restart, expiry): the episode cannot go on.
+                _, detail, session_lost = _refusal(status, body)
+                if session_lost:
                     return self._failed(sid, f"worker {s.worker.address} rejected the renewal ({status}): {detail}")
             else:
                 out = client_view(body.get("env_out", {}) if isinstance(body, dict) else {})
@@ -501,6 +495,11 @@ class ControllerService:
         # client rejects a running answer with no messages.
         out["messages"] = list(messages)
         return out
+
+    async def _worker_lost(self, s: Session, e: WorkerUnreachableError) -> dict[str, Any]:
+        """The session's worker did not answer a step or renewal: declared dead, the session ends."""
+        await self._worker_died(s.worker, str(e))
+        return self._failed(s.id, f"worker {s.worker.address} serving this session died: {e}")
 
     def _failed(self, sid: int, why: str) -> dict[str, Any]:
         if sid not in self.sessions and sid in self.ended:  # already ended (its worker was declared dead)
@@ -649,3 +648,12 @@ class ControllerService:
                 self._background(self._probe(w, silent))
             with contextlib.suppress(Exception):
                 await self.expire_idle_sessions()
+
+
+def _refusal(status: int, body: Any) -> tuple[str | None, str, bool]:
+    """A worker's error answer to a step: (its code, its detail, whether the session is lost).
+    Busy and invalid requests are the client's to fix; anything else (restart, expiry) means the
+    worker no longer holds the session and the episode cannot go on."""
+    detail = body.get("detail") if isinstance(body, dict) else str(body)
+    code = body.get("error") if isinstance(body, dict) else None
+    return code, detail, not (code in ("session_busy", "invalid_request") or status == 422)
