@@ -173,8 +173,15 @@ class MuxServer(_Framed):
 
 
 class MuxClient(_Framed):
-    """The controller's end: ``rid, answer = client.start(path, body)``, then ``await answer`` →
-    ``(status, body)`` (``forget(rid)`` when no longer waiting).
+    """The controller's end: ``rid, answer = client.start(path, body, timeout)``, then ``await
+    answer`` → ``(status, body)``, or :class:`TimeoutError` past ``timeout`` (``forget(rid)`` when
+    no longer waiting).
+
+    Timeouts: one timer per connection, at the earliest deadline, not one per request (a timer
+    set and cancelled per request cost 2.3 µs of the controller's ~60 µs per step, measured with
+    uvloop; with 10,000 requests in flight it is also a heap of 10,000). When it fires it fails
+    what is due and moves to the next deadline: with one timeout for every request, about once
+    per timeout.
 
     Opened with :meth:`open`; until the handshake's answer arrives it reads HTTP, then frames.
     """
@@ -184,6 +191,9 @@ class MuxClient(_Framed):
     def __init__(self) -> None:
         super().__init__()
         self.pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
+        self._deadlines: dict[int, float] = {}  # request id -> loop time it is due
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = float("inf")
         self.paths: frozenset[str] = frozenset()
         self._next_id = 0
         self._handshake: asyncio.Future[tuple[int, dict[str, str]]] | None = None
@@ -258,9 +268,10 @@ class MuxClient(_Framed):
             self.fail(ConnectionError(f"invalid frame from the worker: {e}"))
             self.close()
             return
-        pending = self.pending
+        pending, deadlines = self.pending, self._deadlines
         for rid, status, _, body in frames:
             fut = pending.pop(rid, None)
+            deadlines.pop(rid, None)
             if fut is not None and not fut.done():
                 fut.set_result((status, body))
 
@@ -273,21 +284,49 @@ class MuxClient(_Framed):
     def fail(self, exc: Exception) -> None:
         """Fail every request in flight with ``exc``."""
         self.error = self.error or exc
+        self._deadlines.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep, self._sweep_at = None, float("inf")
         pending, self.pending = self.pending, {}
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(exc)
 
-    def start(self, path: bytes, body: bytes) -> tuple[int, asyncio.Future[tuple[int, bytes]]]:
-        """Send a request; its id and the future of its answer."""
+    def start(self, path: bytes, body: bytes, timeout: float | None = None) -> tuple[int, asyncio.Future[tuple[int, bytes]]]:
+        """Send a request; its id and the future of its answer (failed with :class:`TimeoutError`
+        when none came within ``timeout`` seconds; None: no limit)."""
         if self.closed:
             raise ConnectionError(str(self.error or "connection closed"))
         self._next_id = rid = (self._next_id + 1) & 0xFFFFFFFF
         fut: asyncio.Future[tuple[int, bytes]] = self.loop.create_future()
         self.pending[rid] = fut
+        if timeout is not None:
+            due = self.loop.time() + timeout
+            self._deadlines[rid] = due
+            if due < self._sweep_at:
+                if self._sweep is not None:
+                    self._sweep.cancel()
+                self._sweep, self._sweep_at = self.loop.call_at(due, self._expire), due
         self._send(HEAD.pack(len(body), rid, len(path)) + path + body)
         return rid, fut
 
+    def _expire(self) -> None:
+        """Fail the requests that are due; set the timer to the next deadline."""
+        self._sweep, self._sweep_at = None, float("inf")
+        now, following = self.loop.time(), float("inf")
+        for rid, due in list(self._deadlines.items()):
+            if due <= now:
+                del self._deadlines[rid]
+                fut = self.pending.pop(rid, None)
+                if fut is not None and not fut.done():
+                    fut.set_exception(TimeoutError())
+            elif due < following:
+                following = due
+        if following < float("inf") and not self.closed:
+            self._sweep, self._sweep_at = self.loop.call_at(following, self._expire), following
+
     def forget(self, rid: int) -> None:
-        """Stop waiting for request ``rid`` (timed out or cancelled): a late answer is dropped."""
+        """Stop waiting for request ``rid`` (answered, timed out or cancelled): a late answer is dropped."""
         self.pending.pop(rid, None)
+        self._deadlines.pop(rid, None)

@@ -246,3 +246,23 @@ async def test_the_upgrade_answer_is_parsed_with_a_frame_in_the_same_packet_and_
         finally:
             server.close()
             await server.wait_closed()
+
+
+async def test_one_timer_per_connection_fails_what_is_due_and_nothing_else():
+    """Request timeouts on a multiplexed connection share one timer, set to the earliest deadline."""
+    from agentrl_envs.mux import MuxClient
+
+    c = MuxClient()  # no transport: frames sent go nowhere, answers are fed by hand
+    r1, f1 = c.start(b"interact", b"{}", 0.4)
+    r2, f2 = c.start(b"interact", b"{}", 0.1)  # due first: the timer moves to it
+    r3, f3 = c.start(b"interact", b"{}", 0.4)
+    _, f4 = c.start(b"interact", b"{}", None)  # no limit
+    c.data_received(HEAD.pack(2, r3, 200) + b"ok")  # answered in time
+    await asyncio.sleep(0.25)
+    assert isinstance(f2.exception(), TimeoutError) and not f1.done() and f3.result() == (200, b"ok")
+    await asyncio.sleep(0.3)
+    assert isinstance(f1.exception(), TimeoutError) and not f4.done()
+    assert c._sweep is None and not c._deadlines  # nothing left that can time out: no timer
+    c.forget(r1)
+    c.fail(ConnectionError("closed"))
+    assert isinstance(f4.exception(), ConnectionError)

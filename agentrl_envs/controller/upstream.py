@@ -271,16 +271,16 @@ class UpstreamPool:
 
     async def _post_mux(self, h: _Host, mux: MuxClient, path: str, body: bytes, timeout: float) -> tuple[int, bytes]:
         try:
-            rid, answer = mux.start(path.encode(), body)
+            rid, answer = mux.start(path.encode(), body, timeout)
         except ConnectionError as e:
             raise UpstreamError(str(e)) from None
-        timer = mux.loop.call_later(timeout, _time_out, answer, h.target, timeout)  # the error built only if it fires
         try:
             return await answer
+        except TimeoutError:
+            raise no_answer(f"{h.target[0]}:{h.target[1]}", timeout) from None
         except ConnectionError as e:
             raise UpstreamError(str(e)) from None
         finally:
-            timer.cancel()
             mux.forget(rid)
 
     def abort(self, address: str, why: str) -> int:
@@ -321,8 +321,3 @@ class UpstreamPool:
 def no_answer(peer: str, timeout: float) -> UpstreamError:
     """The one error of a request to ``peer`` (``host:port``) unanswered after ``timeout`` s."""
     return UpstreamError(f"no answer from {peer} within {timeout:g} s")
-
-
-def _time_out(answer: asyncio.Future[tuple[int, bytes]], target: tuple[str, int, str], timeout: float) -> None:
-    if not answer.done():
-        answer.set_exception(no_answer(f"{target[0]}:{target[1]}", timeout))
