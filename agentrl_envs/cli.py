@@ -123,7 +123,9 @@ def cmd_controller(a: argparse.Namespace) -> int:
             try:
                 kept, added, removed = auth.replace_tokens(tokens())
             except (AgentRLEnvsError, OSError) as e:
-                logging.getLogger("agentrl_envs.auth").error("SIGHUP: %s not reloaded (%s): the old tokens stay", a.client_tokens_file, e)
+                logging.getLogger("agentrl_envs.auth").error(
+                    "SIGHUP: %s not reloaded (%s): the old tokens stay", a.client_tokens_file, e
+                )
                 return
             logging.getLogger("agentrl_envs.auth").warning(
                 "SIGHUP: tokens reloaded from %s: %d kept, %d new, %d removed", a.client_tokens_file, kept, added, removed
