@@ -23,7 +23,7 @@ INPUTS_LABEL = "agentrl.inputs"
 #: Label on every container ``up`` starts: the stack's id (teardown removes by id, never by name).
 STACK_LABEL = "agentrl.stack"
 #: Image label: ``userns`` when the worker runs sandboxes in user namespaces inside its container
-#: (the socket-free OS worker): ``up`` then runs it with :data:`USERNS_PROFILE`.
+#: (the socket-free OS worker): ``up`` then runs it with :func:`userns_host_config`.
 SANDBOX_PROFILE_LABEL = "agentrl.sandbox-profile"
 #: Image label: ``KEY=VALUE``, the task option that switches the worker to sessions as sibling
 #: containers, for which ``up`` mounts the engine's socket (root on this host: opt-in only).

@@ -12,9 +12,10 @@ Workers on other hosts join the same controller with
 (the controller must then listen on a reachable address: ``host="0.0.0.0"``).
 
 A worker image labelled ``agentrl.sandbox-profile=userns`` (the OS worker: its sessions are
-bubblewrap sandboxes in user namespaces inside its container) runs with no capability, no new
-privileges, the seccomp profile ``seccomp-userns.json``, an unmasked ``/proc`` and a tmpfs for its
-sessions (:func:`.engine.userns_host_config`); no engine socket. Only when the task's options select
+bubblewrap sandboxes in user namespaces inside its container) runs as its image's non-root user
+with only SETUID and SETGID in its bounding set (for the id-mapping helpers), the seccomp profile
+``seccomp-userns.json``, an unmasked ``/proc`` and a tmpfs for its sessions
+(:func:`.engine.userns_host_config`); no engine socket. Only when the task's options select
 what its label ``agentrl.socket-option`` names (the OS task: ``backend=docker``, sessions as sibling
 containers) does it get the engine's socket, as root: that gives it control of this engine (root on
 this host), which is why it is opt-in.

@@ -32,10 +32,11 @@ Two launch modes (``_launch.py``), the same sandbox inside:
 * ``root``: the worker is root with every capability (on a host, or a privileged container); the
   overlay is mounted in a private mount namespace of the host's user namespace.
 * ``userns`` (automatic when the worker lacks CAP_SYS_ADMIN): the worker is an ordinary user, e.g.
-  the socket-free OS worker container (``envs/os/Dockerfile``), with no capability at all. Each
-  session first gets a user namespace where the worker's uid is root (its only id), the overlay is
-  mounted there (``userxattr``), then bubblewrap runs as that root. The rootfs must be owned by the
-  worker's uid (the image does that), ``base_dir`` must not be on overlayfs (a tmpfs), and user
+  the socket-free OS worker container (``envs/os/Dockerfile``), holding no capability. Each
+  session first gets a user namespace where the worker's uid is root and, given an ``/etc/subuid``
+  range, ids 1..65536 are that range (``newuidmap``); the overlay is mounted there (``userxattr``),
+  then bubblewrap runs as that root. The rootfs must be owned accordingly (root's files by the
+  worker's uid: the image shifts them), ``base_dir`` must not be on overlayfs (a tmpfs), and user
   namespaces and a fresh ``/proc`` must be allowed (:func:`userns_problem` checks at ``open``).
 """
 
@@ -107,12 +108,12 @@ class BubblewrapBackend(SandboxBackend):
 
     async def open(self) -> None:
         problem = missing_requirements(self.rootfs, userns=self.userns)
-        if problem is None and self.userns:
-            self.base_dir.mkdir(parents=True, exist_ok=True)
-            problem = await asyncio.to_thread(userns_problem, self.base_dir)
         if problem:
             raise SandboxError(problem)
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        problem = await asyncio.to_thread(userns_problem, self.base_dir) if self.userns else None
+        if problem:
+            raise SandboxError(problem)
         self.cgroup_parents = cgroup_parents()
         if not self.cgroup_parents:
             log.info(
@@ -183,9 +184,8 @@ def missing_requirements(rootfs: Path, *, userns: bool = False) -> str | None:
         return "the bubblewrap sandbox needs Linux"
     if not userns and not has_full_root():
         return "the bubblewrap sandbox's root mode needs root with CAP_SYS_ADMIN; use userns mode otherwise"
-    for tool in ("bwrap",):
-        if shutil.which(tool) is None:
-            return f"`{tool}` not found: apt-get install -y bubblewrap (or run .ci/os-sandbox.sh)"
+    if shutil.which("bwrap") is None:
+        return "`bwrap` not found: apt-get install -y bubblewrap (or run .ci/os-sandbox.sh)"
     if not is_complete(rootfs):
         return f"no root filesystem at {rootfs}: build it with `python -m agentrl_envs.sandbox.rootfs` (.ci/os-sandbox.sh)"
     return None
