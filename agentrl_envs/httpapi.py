@@ -12,8 +12,9 @@ oversized bodies (413), header floods (431) and requests read too slowly (408, s
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -102,7 +103,12 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, handle)
 
 
-FastHandler = Callable[[dict[bytes, bytes], bytes], Awaitable[Any]]
+# A fast route's handler: the request's headers and raw body in; out, its JSON-able answer (or a
+# WithHeaders), either at once or as an awaitable of it: a coroutine (run as a task) or a future
+# (answered from its done-callback, no task: the controller's step on a multiplexed worker
+# connection, see ControllerService.begin_interact). Errors are raised, at once or through the
+# awaitable, and leave in the one error shape.
+FastHandler = Callable[[dict[bytes, bytes], bytes], Any]
 
 
 class WithHeaders:
@@ -115,19 +121,43 @@ class WithHeaders:
         self.headers = headers
 
 
-async def run_fast_handler(
-    handler: FastHandler, headers: dict[bytes, bytes], body: bytes, where: str
-) -> tuple[int, dict[str, str], bytes]:
-    """Run a fast route's handler: ``(status, extra response headers, JSON payload)``, errors in
-    the one error shape. Shared by the ASGI front and the protocol that serves these routes."""
+Answer = tuple[int, dict[str, str], bytes]  # status, extra response headers, JSON payload
+
+
+def encode_answer(result: Any) -> Answer:
+    if type(result) is WithHeaders:
+        return 200, result.headers, orjson.dumps(result.body)
+    return 200, {}, orjson.dumps(result)
+
+
+def encode_failure(exc: BaseException, where: str) -> Answer:
+    err = as_wire_error(exc, where)
+    return err.http_status, {}, error_payload(err)
+
+
+def settled(fut: asyncio.Future[Any], where: str) -> Answer:
+    """The answer of a done future (a cancelled one is an internal error: nothing should cancel it)."""
+    if fut.cancelled():
+        return encode_failure(InternalError("the request was cancelled"), where)
+    exc = fut.exception()
+    if exc is not None:
+        return encode_failure(exc, where)
     try:
-        result = await handler(headers, body)
-        if type(result) is WithHeaders:
-            return 200, result.headers, orjson.dumps(result.body)
-        return 200, {}, orjson.dumps(result)
+        return encode_answer(fut.result())
+    except Exception as e:  # not serialisable: a bug, reported as one
+        return encode_failure(e, where)
+
+
+async def run_fast_handler(handler: FastHandler, headers: dict[bytes, bytes], body: bytes, where: str) -> Answer:
+    """Run a fast route's handler to its answer, errors in the one error shape. Shared by the
+    ASGI front and the multiplexed transport."""
+    try:
+        result = handler(headers, body)
+        if hasattr(result, "__await__"):
+            result = await result
+        return encode_answer(result)
     except Exception as e:
-        err = as_wire_error(e, where)
-        return err.http_status, {}, error_payload(err)
+        return encode_failure(e, where)
 
 
 def _authorization(headers: list[tuple[bytes, bytes]]) -> bytes | None:
@@ -141,8 +171,8 @@ class FastRoutes:
     """An ASGI front that serves a few hot routes without FastAPI's routing and middleware stack.
 
     Profiling the controller under load showed 60% of its CPU per step in that stack. A handler
-    gets the request headers and raw body and returns a JSON-able value; errors leave in the
-    same shape and with the same status codes as from the FastAPI handlers. Every other request
+    (:data:`FastHandler`) gets the request headers and raw body and returns a JSON-able value, at
+    once or as an awaitable of it; errors leave in the same shape and with the same status codes as from the FastAPI handlers. Every other request
     (and lifespan) goes to the wrapped app, whose own routes document the fast ones.
 
     It also checks every request's token (``auth``) against the role its path needs
@@ -303,6 +333,9 @@ def http_protocol(
       before the body is read (a dict lookup and ``compare_digest`` on the raw header bytes);
       :class:`HttpLimits` bound body size, headers and the time to read a request.
     """
+    from asyncio import isfuture
+    from functools import partial
+    from types import CoroutineType
     from urllib.parse import unquote
 
     import httptools
@@ -488,14 +521,40 @@ def http_protocol(
             self._fast = None
             self._fast_busy = True  # no pause_reading: a request before the answer is refused anyway
             keep_alive = self.parser.should_keep_alive()
-            task = self.loop.create_task(self._answer(handler, dict(self.headers), b"".join(self._fast_body), keep_alive))
-            task.add_done_callback(self.tasks.discard)
-            self.tasks.add(task)
+            try:
+                result = handler(dict(self.headers), b"".join(self._fast_body))
+            except Exception as e:
+                self._respond(encode_failure(e, self._where()), keep_alive)
+                return
+            if type(result) is CoroutineType:
+                task = self.loop.create_task(self._answer(result, keep_alive))
+                task.add_done_callback(self.tasks.discard)
+                self.tasks.add(task)
+            elif isfuture(result):
+                # Answered from the future's callback: no task (shutdown waits for it as for one).
+                self.tasks.add(result)
+                result.add_done_callback(partial(self._settled, keep_alive))
+            else:
+                self._respond(encode_answer(result), keep_alive)
 
-        async def _answer(self, handler: FastHandler, headers: dict[bytes, bytes], body: bytes, keep_alive: bool) -> None:
-            status, headers_out, payload = await run_fast_handler(handler, headers, body, self.url.decode("latin-1", "replace"))
+        def _where(self) -> str:
+            return self.url.decode("latin-1", "replace")
+
+        async def _answer(self, pending: Any, keep_alive: bool) -> None:
+            try:
+                answer = encode_answer(await pending)
+            except Exception as e:
+                answer = encode_failure(e, self._where())
+            self._respond(answer, keep_alive)
+
+        def _settled(self, keep_alive: bool, fut: asyncio.Future[Any]) -> None:
+            self.tasks.discard(fut)
+            self._respond(settled(fut, self._where()), keep_alive)
+
+        def _respond(self, answer: Answer, keep_alive: bool) -> None:
+            status, headers_out, payload = answer
             head = ok_head if status == 200 else _status_line(status) + b"content-type: application/json\r\ncontent-length: "
-            extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in headers_out.items())
+            extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in headers_out.items()) if headers_out else b""
             self._fast_busy = False
             if self.transport.is_closing():
                 return

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import re
 import time
+from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -87,16 +88,18 @@ def _session_id(value: str | None) -> int:
         raise SessionError(f"`session_id` header must be an integer, got {value!r}") from None
 
 
-async def _interact(service: ControllerService, session_id: str | None, raw: bytes, owner: Principal | None) -> dict[str, Any]:
+def _interact(
+    service: ControllerService, session_id: str | None, raw: bytes, owner: Principal | None
+) -> Awaitable[dict[str, Any]]:
     sid = _session_id(session_id)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise SessionError(f"request body is not valid JSON: {e}") from None
-    messages = body.get("messages") if isinstance(body, dict) else None
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+    messages = body.get("messages") if type(body) is dict else None
+    if type(messages) is not list or not all(type(m) is dict for m in messages):
         raise InvalidRequestError('request body must be {"messages": [assistant message, ...]}')
-    return await service.interact(sid, messages, owner=owner)
+    return service.begin_interact(sid, messages, owner=owner)
 
 
 def create_controller_app(service: ControllerService | None = None, *, auth: Authenticator | None = None) -> FastRoutes:
@@ -213,9 +216,9 @@ def create_controller_app(service: ControllerService | None = None, *, auth: Aut
     async def metrics() -> Response:
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    async def fast_interact(headers: dict[bytes, bytes], body: bytes) -> dict[str, Any]:
+    def fast_interact(headers: dict[bytes, bytes], body: bytes) -> Awaitable[dict[str, Any]]:
         sid = headers.get(b"session_id")
-        return await _interact(
+        return _interact(
             service, sid.decode("latin-1") if sid is not None else None, body, owner(headers) if auth.enabled else None
         )
 
