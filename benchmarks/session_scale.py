@@ -17,7 +17,14 @@ servers' CPU per step (worker alone over controller + worker): with both on one 
 that is what the steps/s ratio measures, and it is robust to other work on the machine.
 
     python benchmarks/session_scale.py [--levels 64,1024,10000] [--modes worker,controller,controller-http]
-                                       [--duration 20] [--goload /tmp/goload]
+                                       [--duration 20] [--goload /tmp/goload] [--repeat 3]
+
+``--repeat N``: at each level the modes run in turn N times (interleaved, so that the machine's
+own drift in speed falls on every mode alike); each mode's figures are those of its median run
+(by steps/s), each ratio is the median of the N paired ratios (run i of one mode over run i of
+the worker alone), and failed sessions are summed over all runs. Every run is kept in the JSON.
+Each run also records the load generator's CPU share of its core (``generator_cpu_share``): near
+1.0 the generator itself queues answers and adds to the measured latency.
 
 Needs 2+ cores for the pinning (without it, runs unpinned and says so) and file descriptors for
 2 x sessions + slack (the servers raise their soft limit to the hard one and refuse to start,
@@ -29,7 +36,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -94,15 +103,24 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
         wait_until(lambda: httpx.get(f"http://127.0.0.1:{wport}/health", timeout=1).status_code == 200)
         if mode.startswith("controller"):
             wait_until(lambda: httpx.get(f"{base}/list_workers", timeout=1).json().get("echo"))
-        if a.goload:
-            gen = [a.goload, "-proto", "agentrl" if mode == "worker" else "agentrl-client", "-base", base]
-            gen += ["-task", "echo", "-c", str(sessions), "-k", str(a.k), "-duration", f"{a.duration}s"]
-        else:
+
+        def generator(concurrent: int, seconds: float) -> list[str]:
+            if a.goload:
+                gen = [a.goload, "-proto", "agentrl" if mode == "worker" else "agentrl-client", "-base", base]
+                return [*gen, "-task", "echo", "-c", str(concurrent), "-k", str(a.k), "-duration", f"{seconds}s"]
             gen = [sys.executable, str(HERE / "loadgen.py"), "--proto", mode.split("-")[0], "--base", base]
-            gen += ["-c", str(sessions), "-k", str(a.k), "--duration", str(a.duration)]
+            return [*gen, "-c", str(concurrent), "-k", str(a.k), "--duration", str(seconds)]
+
+        gen = generator(sessions, a.duration)
+        if a.warmup > 0:  # first requests pay for lazy imports and set-up: not counted
+            warm = generator(min(sessions, 64), a.warmup)
+            subprocess.run(pinned(gen_core, warm), capture_output=True, text=True, timeout=a.warmup + 120, check=True)
         load_before = os.getloadavg()[0]
         cpu0 = {p.name: cpu_seconds(p.proc.pid) for p in procs}
+        children0, wall0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
         done = subprocess.run(pinned(gen_core, gen), capture_output=True, text=True, timeout=a.duration + 180)
+        children1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - wall0
+        gen_cpu = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
         by_process = {p.name: cpu_seconds(p.proc.pid) - cpu0[p.name] for p in procs}
         cpu = sum(by_process.values())
         if done.returncode != 0:
@@ -130,6 +148,7 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
         "server_cpu_us_per_step": round(1e6 * cpu / steps, 1) if steps else None,
         "cpu_us_per_step_by_process": {k: round(1e6 * v / steps, 1) for k, v in by_process.items()} if steps else {},
         "load_average_before": round(load_before, 2),
+        "generator_cpu_share": round(gen_cpu / wall, 2) if wall else None,
     }
 
 
@@ -140,6 +159,8 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of new sessions per run")
     ap.add_argument("-k", type=int, default=10, help="steps per session")
     ap.add_argument("--goload", help="path of a compiled goload to drive the load instead of loadgen.py")
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds of load (at most 64 sessions) before each measured run")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each mode per level, interleaved (figures: medians)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin servers and generator to cores 0 and 1")
     ap.add_argument("--output", default=str(HERE / "results" / "session_scale.json"))
     a = ap.parse_args()
@@ -150,37 +171,48 @@ def main() -> int:
     modes = a.modes.split(",")
     runs: list[dict] = []
     for n in levels:
-        for mode in modes:
-            r = one_run(mode, n, a, pin)
-            runs.append(r)
-            print(
-                f"{mode:<10} {n:>6} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:8.1f} ms  "
-                f"p99 {r['p99_ms']:8.1f} ms ({r['p99_over_p50']}x)  {r['server_cpu_us_per_step']} µs CPU/step "
-                f"{r['cpu_us_per_step_by_process']}  "
-                f"sessions ok {r['sessions_ok']} failed {r['sessions_failed']} {r['errors'] or ''}",
-                flush=True,
-            )
-    by = {(r["mode"], r["sessions"]): r for r in runs}
+        for rep in range(a.repeat):
+            for mode in modes:
+                r = one_run(mode, n, a, pin)
+                r["repetition"] = rep
+                runs.append(r)
+                print(
+                    f"{mode:<10} {n:>6} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:8.1f} ms  "
+                    f"p99 {r['p99_ms']:8.1f} ms ({r['p99_over_p50']}x)  {r['server_cpu_us_per_step']} µs CPU/step "
+                    f"{r['cpu_us_per_step_by_process']}  generator {r['generator_cpu_share']:.0%} busy  "
+                    f"sessions ok {r['sessions_ok']} failed {r['sessions_failed']} {r['errors'] or ''}",
+                    flush=True,
+                )
+    all_of: dict[tuple[str, int], list[dict]] = {}
+    for r in runs:
+        all_of.setdefault((r["mode"], r["sessions"]), []).append(r)
+    # each mode and level: its median run by steps/s (the run itself for --repeat 1)
+    by = {key: sorted(rs, key=lambda r: r["steps_per_s"])[(len(rs) - 1) // 2] for key, rs in all_of.items()}
     checks = []
     ratios = []
     for n in levels:
         w, c = by.get(("worker", n)), by.get(("controller", n))
+        ws = all_of.get(("worker", n), [])
         for m in ("controller", "controller-http"):
-            cm = by.get((m, n))
-            if w and cm and w["steps_per_s"] and cm["server_cpu_us_per_step"]:
+            cs = all_of.get((m, n), [])
+            pairs = [(wr, cr) for wr, cr in zip(ws, cs, strict=False) if wr["steps_per_s"] and cr["server_cpu_us_per_step"]]
+            if pairs:
                 ratios.append(
                     {
                         "sessions": n,
                         "mode": m,
-                        "steps_per_s_ratio": round(cm["steps_per_s"] / w["steps_per_s"], 2),
-                        "cpu_per_step_ratio": round(w["server_cpu_us_per_step"] / cm["server_cpu_us_per_step"], 2),
+                        "steps_per_s_ratio": round(
+                            statistics.median(cr["steps_per_s"] / wr["steps_per_s"] for wr, cr in pairs), 2
+                        ),
+                        "cpu_per_step_ratio": round(
+                            statistics.median(wr["server_cpu_us_per_step"] / cr["server_cpu_us_per_step"] for wr, cr in pairs), 2
+                        ),
+                        "steps_per_s_ratio_each": [round(cr["steps_per_s"] / wr["steps_per_s"], 2) for wr, cr in pairs],
                     }
                 )
-        if w and c and w["steps_per_s"]:
-            checks.append(
-                {"check": f"controller/worker steps/s at {n} >= 0.6", "value": round(c["steps_per_s"] / w["steps_per_s"], 2)}
-            )
-            checks[-1]["ok"] = checks[-1]["value"] >= 0.6
+        ratio = next((r["steps_per_s_ratio"] for r in ratios if r["sessions"] == n and r["mode"] == "controller"), None)
+        if ratio is not None:
+            checks.append({"check": f"controller/worker steps/s at {n} >= 0.6", "value": ratio, "ok": ratio >= 0.6})
         for r in (w, c):
             if r:
                 checks.append(
@@ -190,19 +222,17 @@ def main() -> int:
                         "ok": (r["p99_over_p50"] or 99) <= 3,
                     }
                 )
-                checks.append(
-                    {
-                        "check": f"{r['mode']} failed sessions at {n} == 0",
-                        "value": r["sessions_failed"],
-                        "ok": r["sessions_failed"] == 0,
-                    }
-                )
+                failed = sum(x["sessions_failed"] for x in all_of[(r["mode"], n)])
+                checks.append({"check": f"{r['mode']} failed sessions at {n} == 0", "value": failed, "ok": failed == 0})
     if ("worker", 10000) in by:
         v = by[("worker", 10000)]["steps_per_s"]
         checks.append({"check": "worker steps/s at 10000 >= 5000", "value": v, "ok": v >= 5000})
     print("\nthrough the controller / worker alone (steps/s; CPU per step, worker alone over both servers):")
     for r in ratios:
-        print(f"  {r['mode']:<16} {r['sessions']:>6}: {r['steps_per_s_ratio']:.2f}  (CPU: {r['cpu_per_step_ratio']:.2f})")
+        each = " ".join(f"{x:.2f}" for x in r["steps_per_s_ratio_each"])
+        print(
+            f"  {r['mode']:<16} {r['sessions']:>6}: {r['steps_per_s_ratio']:.2f}  (CPU: {r['cpu_per_step_ratio']:.2f}; runs: {each})"
+        )
     print("\ntargets:")
     for c in checks:
         print(f"  [{'ok' if c['ok'] else 'MISS'}] {c['check']}: {c['value']}")
@@ -217,8 +247,12 @@ def main() -> int:
         "generator": "goload" if a.goload else "loadgen.py",
         "k": a.k,
         "duration_s": a.duration,
+        "repeat": a.repeat,
+        "warmup_s": a.warmup,
+        "figures": "each mode and level: its median run by steps/s; ratios: medians of the paired runs",
     }
-    out.write_text(json.dumps({**meta, "runs": runs, "ratios": ratios, "checks": checks}, indent=2))
+    summary = [by[key] for key in sorted(by, key=lambda k: (k[1], k[0]))]
+    out.write_text(json.dumps({**meta, "summary": summary, "ratios": ratios, "checks": checks, "runs": runs}, indent=2))
     print(f"\nwrote {out}")
     return 0
 
