@@ -17,7 +17,7 @@ from tasks_for_tests import Calc, call
 
 from agentrl_envs.controller.upstream import UpstreamError, UpstreamPool
 from agentrl_envs.episode import TaskRuntime
-from agentrl_envs.mux import HEAD, MAX_FRAME
+from agentrl_envs.mux import HEAD, MAX_FRAME, MuxClient
 from agentrl_envs.stack import ServerThread
 from agentrl_envs.worker import WorkerService, create_worker_app
 
@@ -266,3 +266,42 @@ async def test_one_timer_per_connection_fails_what_is_due_and_nothing_else():
     c.forget(r1)
     c.fail(ConnectionError("closed"))
     assert isinstance(f4.exception(), ConnectionError)
+
+
+async def test_call_replies_once_each_from_the_connection_and_a_failing_reply_spares_the_others(calc_worker):
+    """MuxClient.call (the controller's step path): each reply gets its answer, its timeout or the
+    connection's close, once; a reply that raises does not lose the other answers of that read."""
+    host, port = calc_worker.split("//")[1].split("/")[0].split(":")
+    status, client = await MuxClient.open(host, int(port), "/api", 5.0)
+    assert status == 101 and client is not None
+    got: dict[str, list] = {"a": [], "b": [], "slow": [], "late": []}
+
+    def reply(name: str, raise_too: bool = False):
+        def on(outcome):
+            got[name].append(outcome)
+            if raise_too:
+                raise RuntimeError("a buggy reply")
+
+        return on
+
+    try:
+        for sid in (1, 2, 3):
+            _, answer = client.start(b"start_sample", orjson.dumps({"index": 0, "session_id": sid}), 5.0)
+            assert (await answer)[0] == 200
+        add = orjson.dumps({"session_id": 1, "messages": [call("add", '{"x": 2, "y": 2}')]})
+        client.call(b"interact", add, 5.0, reply("a", raise_too=True))
+        client.call(b"interact", orjson.dumps({"session_id": 2, "messages": [call("add", '{"x": 1, "y": 1}')]}), 5.0, reply("b"))
+        client.call(
+            b"interact", orjson.dumps({"session_id": 3, "messages": [call("nap", '{"seconds": 1.0}')]}), 0.2, reply("slow")
+        )
+        await asyncio.sleep(0.6)
+        assert [s for s, _ in got["a"]] == [200] and [s for s, _ in got["b"]] == [200]
+        assert orjson.loads(got["b"][0][1])["env_out"]["messages"][0]["content"] == "2"
+        assert len(got["slow"]) == 1 and isinstance(got["slow"][0], TimeoutError)
+        await asyncio.sleep(0.6)  # the nap's late answer: dropped, not a second reply
+        assert len(got["slow"]) == 1 and not client.pending
+        client.call(b"interact", add, None, reply("late"))
+        client.fail(ConnectionError("gone"))
+        assert len(got["late"]) == 1 and isinstance(got["late"][0], ConnectionError)
+    finally:
+        client.close()

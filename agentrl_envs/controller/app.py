@@ -97,8 +97,11 @@ def _interact(
     except orjson.JSONDecodeError as e:
         raise SessionError(f"request body is not valid JSON: {e}") from None
     messages = body.get("messages") if type(body) is dict else None
-    if type(messages) is not list or not all(type(m) is dict for m in messages):
+    if type(messages) is not list:
         raise InvalidRequestError('request body must be {"messages": [assistant message, ...]}')
+    for m in messages:
+        if type(m) is not dict:
+            raise InvalidRequestError('request body must be {"messages": [assistant message, ...]}')
     return service.begin_interact(sid, messages, owner=owner)
 
 

@@ -165,6 +165,7 @@ class ControllerService:
         self.started_at = time.time()
         self._ids = itertools.count(self.first_id)
         self._http: UpstreamPool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._probes: set[asyncio.Task[None]] = set()  # probes and reconciliations in flight
         self.probe_timeout = min(5.0, max(0.5, heartbeat_timeout / 2))
@@ -173,6 +174,7 @@ class ControllerService:
     # ------------------------------------------------------------------ lifecycle
 
     async def startup(self) -> None:
+        self._loop = asyncio.get_running_loop()  # cached: each get_running_loop() is a getpid() call
         self._http = UpstreamPool(multiplex=self.multiplex, headers=self._worker_headers, ssl_context=self.worker_ssl)
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
@@ -445,16 +447,17 @@ class ControllerService:
             raise SessionBusyError(f"session {sid} is still executing the previous step; send one step at a time")
         assert self._http is not None, "controller not started"
         body = orjson.dumps({"session_id": sid, "messages": messages})
-        answer = self._http.start(s.worker.address, "interact", body, self.interaction_timeout)
+        assert self._loop is not None
+        out: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        if not self._http.call(
+            s.worker.address, "interact", body, self.interaction_timeout, partial(self._answered, s, time.perf_counter(), out)
+        ):
+            s.busy = True
+            return self._interact_http(s, body, time.perf_counter())
         s.busy = True
-        t0 = time.perf_counter()
-        if answer is None:
-            return self._interact_http(s, body, t0)
-        out: asyncio.Future[dict[str, Any]] = answer.get_loop().create_future()
-        answer.add_done_callback(partial(self._answered, s, t0, out))
         return out
 
-    def _answered(self, s: Session, t0: float, out: asyncio.Future[dict[str, Any]], answer: asyncio.Future[Any]) -> None:
+    def _answered(self, s: Session, t0: float, out: asyncio.Future[dict[str, Any]], answer: Any) -> None:
         assert self._http is not None
         try:
             outcome: tuple[int, bytes] | Exception = self._http.outcome(s.worker.address, answer, self.interaction_timeout)

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from ..errors import WorkerUnreachableError
-from ..mux import MuxClient, tls_options
+from ..mux import MuxClient, Reply, tls_options
 
 log = logging.getLogger(__name__)
 
@@ -233,26 +233,25 @@ class UpstreamPool:
             conn.waiter = None
             self._release(h, conn)
 
-    def start(self, address: str, path: str, body: bytes, timeout: float) -> asyncio.Future[tuple[int, bytes]] | None:
+    def call(self, address: str, path: str, body: bytes, timeout: float, reply: Reply) -> bool:
         """``post`` without a coroutine, where it can be: on the worker's multiplexed connection,
-        once open and serving ``path``, send the request now and return the future of its answer
-        (read it with :meth:`outcome`); else None (use :meth:`post`)."""
+        once open and serving ``path``, send the request now; ``reply`` gets its outcome (read it
+        with :meth:`outcome`) from the connection's callbacks. False where it cannot (use :meth:`post`)."""
         h = self._hosts.get(address)
         mux = h.mux if h is not None else None
         if mux is None or mux.closed or path not in mux.paths:
-            return None
-        return mux.start(path.encode(), body, timeout)[1]
+            return False
+        mux.call(path.encode(), body, timeout, reply)
+        return True
 
-    def outcome(self, address: str, answer: asyncio.Future[tuple[int, bytes]], timeout: float) -> tuple[int, bytes]:
-        """The ``(status, body)`` of a done :meth:`start`; raises :class:`UpstreamError` as ``post`` does."""
-        try:
-            return answer.result()
-        except TimeoutError:
+    def outcome(self, address: str, outcome: tuple[int, bytes] | BaseException, timeout: float) -> tuple[int, bytes]:
+        """The ``(status, body)`` a :meth:`call` got; raises :class:`UpstreamError` as ``post`` does."""
+        if not isinstance(outcome, BaseException):
+            return outcome
+        if isinstance(outcome, TimeoutError):
             h = self._hosts.get(address)
-            peer = f"{h.target[0]}:{h.target[1]}" if h is not None else address
-            raise no_answer(peer, timeout) from None
-        except (ConnectionError, asyncio.CancelledError) as e:
-            raise UpstreamError(str(e) or "request cancelled") from None
+            raise no_answer(f"{h.target[0]}:{h.target[1]}" if h is not None else address, timeout)
+        raise UpstreamError(str(outcome) or type(outcome).__name__)
 
     async def _open_mux(self, h: _Host, timeout: float) -> MuxClient | None:
         """The worker's multiplexed connection, opened now (once, however many requests ask at
