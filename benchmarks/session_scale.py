@@ -23,8 +23,10 @@ that is what the steps/s ratio measures, and it is robust to other work on the m
 own drift in speed falls on every mode alike); each mode's figures are those of its median run
 (by steps/s), each ratio is the median of the N paired ratios (run i of one mode over run i of
 the worker alone), and failed sessions are summed over all runs. Every run is kept in the JSON.
-Each run also records the load generator's CPU share of its core (``generator_cpu_share``): near
-1.0 the generator itself queues answers and adds to the measured latency.
+Each run also records the load generator's CPU share of its core (``generator_cpu_share``: near
+1.0 the generator itself queues answers and adds to the measured latency) and the time the
+hypervisor took from the servers' core (``server_core_stolen_ms``, /proc/stat's steal: a stall
+of a few ms weighs most on the p99/p50 of the level with the lowest p50, the worker alone at 64).
 
 Needs 2+ cores for the pinning (without it, runs unpinned and says so) and file descriptors for
 2 x sessions + slack (the servers raise their soft limit to the hard one and refuse to start,
@@ -55,6 +57,17 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def stolen_s(core: int | None) -> float:
+    """CPU time the hypervisor gave to others while this machine's ``core`` (or all, if None)
+    wanted to run (``steal`` in /proc/stat): a burst of it stalls every step in flight."""
+    name = "cpu" if core is None else f"cpu{core}"
+    for line in Path("/proc/stat").read_text().splitlines():
+        fields = line.split()
+        if fields[0] == name and len(fields) > 8:
+            return int(fields[8]) / TICKS
+    return 0.0
 
 
 def wait_until(predicate, timeout: float = 60.0) -> None:
@@ -118,8 +131,10 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
         load_before = os.getloadavg()[0]
         cpu0 = {p.name: cpu_seconds(p.proc.pid) for p in procs}
         children0, wall0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+        steal0 = stolen_s(server_core)
         done = subprocess.run(pinned(gen_core, gen), capture_output=True, text=True, timeout=a.duration + 180)
         children1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - wall0
+        steal = stolen_s(server_core) - steal0
         gen_cpu = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
         by_process = {p.name: cpu_seconds(p.proc.pid) - cpu0[p.name] for p in procs}
         cpu = sum(by_process.values())
@@ -149,6 +164,7 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
         "cpu_us_per_step_by_process": {k: round(1e6 * v / steps, 1) for k, v in by_process.items()} if steps else {},
         "load_average_before": round(load_before, 2),
         "generator_cpu_share": round(gen_cpu / wall, 2) if wall else None,
+        "server_core_stolen_ms": round(1000 * steal),
     }
 
 
@@ -180,6 +196,7 @@ def main() -> int:
                     f"{mode:<10} {n:>6} sessions: {r['steps_per_s']:8.0f} steps/s  p50 {r['p50_ms']:8.1f} ms  "
                     f"p99 {r['p99_ms']:8.1f} ms ({r['p99_over_p50']}x)  {r['server_cpu_us_per_step']} µs CPU/step "
                     f"{r['cpu_us_per_step_by_process']}  generator {r['generator_cpu_share']:.0%} busy  "
+                    f"stolen {r['server_core_stolen_ms']} ms  "
                     f"sessions ok {r['sessions_ok']} failed {r['sessions_failed']} {r['errors'] or ''}",
                     flush=True,
                 )
