@@ -172,8 +172,9 @@ class FastRoutes:
 
     Profiling the controller under load showed 60% of its CPU per step in that stack. A handler
     (:data:`FastHandler`) gets the request headers and raw body and returns a JSON-able value, at
-    once or as an awaitable of it; errors leave in the same shape and with the same status codes as from the FastAPI handlers. Every other request
-    (and lifespan) goes to the wrapped app, whose own routes document the fast ones.
+    once or as an awaitable of it; errors leave in the same shape and with the same status codes
+    as from the FastAPI handlers. Every other request (and lifespan) goes to the wrapped app,
+    whose own routes document the fast ones.
 
     It also checks every request's token (``auth``) against the role its path needs
     (``roles[path]``, else ``default_role``: a route added later is guarded, never open by

@@ -248,10 +248,7 @@ class UpstreamPool:
         """The ``(status, body)`` a :meth:`call` got; raises :class:`UpstreamError` as ``post`` does."""
         if not isinstance(outcome, BaseException):
             return outcome
-        if isinstance(outcome, TimeoutError):
-            h = self._hosts.get(address)
-            raise no_answer(f"{h.target[0]}:{h.target[1]}" if h is not None else address, timeout)
-        raise UpstreamError(str(outcome) or type(outcome).__name__)
+        raise _mux_failure(self._hosts.get(address), outcome, timeout)
 
     async def _open_mux(self, h: _Host, timeout: float) -> MuxClient | None:
         """The worker's multiplexed connection, opened now (once, however many requests ask at
@@ -296,10 +293,8 @@ class UpstreamPool:
             raise UpstreamError(str(e)) from None
         try:
             return await answer
-        except TimeoutError:
-            raise no_answer(f"{h.target[0]}:{h.target[1]}", timeout) from None
-        except ConnectionError as e:
-            raise UpstreamError(str(e)) from None
+        except (TimeoutError, ConnectionError) as e:
+            raise _mux_failure(h, e, timeout) from None
         finally:
             mux.forget(rid)
 
@@ -336,6 +331,13 @@ class UpstreamPool:
             if h.mux is not None:
                 h.mux.close()
         self._hosts.clear()
+
+
+def _mux_failure(h: _Host | None, exc: BaseException, timeout: float) -> UpstreamError:
+    """Why a request on a multiplexed connection got no answer, as ``post`` reports it."""
+    if isinstance(exc, TimeoutError):
+        return no_answer(f"{h.target[0]}:{h.target[1]}" if h is not None else "the worker", timeout)
+    return UpstreamError(str(exc) or type(exc).__name__)
 
 
 def no_answer(peer: str, timeout: float) -> UpstreamError:
