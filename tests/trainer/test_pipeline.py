@@ -79,7 +79,8 @@ class Script:
     """What the scripted engines share: a gate per word and the replies.
 
     A turn of word ``w`` waits until ``open(w, n)`` grants it one of ``n`` passes (``math.inf``:
-    for good). Turns before ``wrong_turns`` echo ``nope``; the next one echoes the word, except
+    for good); ``open(w, n, turn=t)`` grants passes to turn ``t`` only, so that a later turn
+    cannot take a pass meant for an earlier one that has not looked at its gate yet. Turns before ``wrong_turns`` echo ``nope``; the next one echoes the word, except
     that the first ``crashes[w]`` such turns echo ``crash``.
     """
 
@@ -88,13 +89,17 @@ class Script:
         self.crashes: Counter[str] = Counter()
         self.fail_on: set[str] = set()  # words whose turns make the engine itself raise
         self._passes: Counter[str] = Counter()
+        self._turn_passes: Counter[tuple[str, int]] = Counter()
         self._waiting: Counter[str] = Counter()
         self.seen: list[tuple[str, int]] = []  # (word, turn) of every turn that reached an engine
         self._lock = threading.Lock()
 
-    def open(self, word: str, passes: float = math.inf) -> None:
+    def open(self, word: str, passes: float = math.inf, turn: int | None = None) -> None:
         with self._lock:
-            self._passes[word] += passes  # type: ignore[assignment]
+            if turn is None:
+                self._passes[word] += passes  # type: ignore[assignment]
+            else:
+                self._turn_passes[(word, turn)] += passes  # type: ignore[assignment]
 
     def waiting(self, word: str | None = None) -> int:
         with self._lock:
@@ -115,10 +120,11 @@ class Script:
             self._waiting[word] += 1
         while True:
             with self._lock:
-                if self._passes[word] > 0:
-                    self._passes[word] -= 1
-                    self._waiting[word] -= 1
-                    return
+                for passes, key in ((self._turn_passes, (word, turn)), (self._passes, word)):
+                    if passes[key] > 0:  # type: ignore[index]
+                        passes[key] -= 1  # type: ignore[index]
+                        self._waiting[word] -= 1
+                        return
             await asyncio.sleep(POLL_S)
 
     def reply(self, word: str, turn: int) -> str:
@@ -426,7 +432,7 @@ def test_mixed_engines_label_each_turn_with_its_own_engine_version(make_pipeline
     weights = {"layer.weight": torch.ones(2)}
     pipeline.publish(0, weights, every_engine=True)
     wait_for(lambda: script.waiting("w0") == 4, "every first turn has its engine")  # draws 1-4 of the seed
-    script.open("w0", 4)
+    script.open("w0", 4, turn=0)
     wait_for(lambda: script.reached("w0", 1) == 4 and script.waiting("w0") == 4, "w0's second turns wait")
     assert pipeline.publish(1, weights) == [0]
     script.open("w0")
@@ -483,7 +489,8 @@ def test_a_group_left_with_one_valid_episode_is_discarded(make_pipeline) -> None
 def test_async_group_forms_only_once_its_last_episode_is_in(make_pipeline) -> None:
     pipeline, script = make_pipeline(group_size=3, wrong_turns=1, capacity_groups=1)
     script.crashes["w0"] = 1
-    script.open("w0", 4)  # three first turns and one second turn, which breaks the task
+    script.open("w0", 3, turn=0)  # three first turns
+    script.open("w0", 1, turn=1)  # and one second turn, which breaks the task
     wait_for(lambda: script.reached("w0", 1) == 3 and script.waiting("w0") == 2, "two episodes wait at their second turn")
     settle()
     assert pipeline.queued == 0  # the lost episode alone releases nothing
