@@ -26,7 +26,10 @@ the worker alone), and failed sessions are summed over all runs. Every run is ke
 Each run also records the load generator's CPU share of its core (``generator_cpu_share``: near
 1.0 the generator itself queues answers and adds to the measured latency) and the time the
 hypervisor took from the servers' core (``server_core_stolen_ms``, /proc/stat's steal: a stall
-of a few ms weighs most on the p99/p50 of the level with the lowest p50, the worker alone at 64).
+of a few ms weighs most on the p99/p50 of the level with the lowest p50, the worker alone at 64),
+and how much the machine's speed moved during the run (``machine_speed``: the servers' CPU time
+per write in 100 ms windows, p10 / p50 / p90 and the spread p90/p10, see ``SpeedProbe``; ~1.1-1.2
+on a steady machine; the latency of a closed loop follows it).
 
 Needs 2+ cores for the pinning (without it, runs unpinned and says so) and file descriptors for
 2 x sessions + slack (the servers raise their soft limit to the hard one and refuse to start,
@@ -43,6 +46,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -68,6 +72,80 @@ def stolen_s(core: int | None) -> float:
         if fields[0] == name and len(fields) > 8:
             return int(fields[8]) / TICKS
     return 0.0
+
+
+def cpu_ns_and_writes(pid: int) -> tuple[int, int]:
+    """A process's CPU time so far in ns (schedstat, summed over its threads: ns resolution,
+    where /proc/<pid>/stat counts 10 ms ticks) and its write syscalls (/proc/<pid>/io: one per
+    answer written, so a count of work done that costs the server nothing to keep)."""
+    cpu = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            cpu += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            pass  # a thread that ended between the listing and the read
+    io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return cpu, int(io["syscw"])
+
+
+class SpeedProbe:
+    """Samples the servers' CPU time and writes every ``period`` s during a run, from /proc (no
+    request to the servers, ~0.1 ms of the generator's core per sample).
+
+    The servers do the same work for every step, so their CPU time per write follows the
+    machine's speed: on this shared, virtualised host it moved by 2.2x within one 8 s run (38 to
+    83 µs a step in 100 ms windows, worker alone at 64 sessions) with the worker on CPU 95-100% of
+    every window and no steal in /proc/stat. A closed-loop run's latency follows that speed, so
+    the spread of this cost over the run (90th percentile window over 10th) tells a tail the
+    machine made from one the software made. In that run p99/p50 was 3.05 over the run and
+    mostly 2-3 within a 100 ms window; four 8 s runs had spreads 1.14 / 1.21 / 1.36 / 1.45 and
+    p99/p50 2.68 / 2.66 / 2.94 / 2.89.
+    """
+
+    def __init__(self, pids: list[int], period: float = 0.1) -> None:
+        self.pids, self.period = pids, period
+        self.samples: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="speed-probe", daemon=True)
+
+    def _sample(self) -> None:
+        try:
+            per = [cpu_ns_and_writes(pid) for pid in self.pids]
+        except (FileNotFoundError, ProcessLookupError):
+            return  # a server exited: the run reports it
+        self.samples.append((sum(c for c, _ in per), sum(w for _, w in per)))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self._sample()
+
+    def __enter__(self) -> SpeedProbe:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self, min_writes: int = 50) -> dict:
+        """µs of server CPU per write in each window (windows with under ``min_writes``
+        writes, i.e. the run's ramp-down, left out): p10, p50, p90 and spread p90/p10."""
+        costs = sorted(
+            (c1 - c0) / (w1 - w0) / 1000
+            for (c0, w0), (c1, w1) in zip(self.samples, self.samples[1:], strict=False)
+            if w1 - w0 >= min_writes
+        )
+        if len(costs) < 10:
+            return {}
+        p10, p50, p90 = (costs[int(q * (len(costs) - 1))] for q in (0.1, 0.5, 0.9))
+        return {
+            "windows": len(costs),
+            "us_per_write_p10": round(p10, 1),
+            "us_per_write_p50": round(p50, 1),
+            "us_per_write_p90": round(p90, 1),
+            "spread_p90_over_p10": round(p90 / p10, 2),
+        }
 
 
 def wait_until(predicate, timeout: float = 60.0) -> None:
@@ -132,7 +210,8 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
         cpu0 = {p.name: cpu_seconds(p.proc.pid) for p in procs}
         children0, wall0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
         steal0 = stolen_s(server_core)
-        done = subprocess.run(pinned(gen_core, gen), capture_output=True, text=True, timeout=a.duration + 180)
+        with SpeedProbe([p.proc.pid for p in procs]) as probe:
+            done = subprocess.run(pinned(gen_core, gen), capture_output=True, text=True, timeout=a.duration + 180)
         children1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - wall0
         steal = stolen_s(server_core) - steal0
         gen_cpu = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
@@ -165,6 +244,7 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
         "load_average_before": round(load_before, 2),
         "generator_cpu_share": round(gen_cpu / wall, 2) if wall else None,
         "server_core_stolen_ms": round(1000 * steal),
+        "machine_speed": probe.summary(),
     }
 
 
@@ -181,7 +261,9 @@ def main() -> int:
     ap.add_argument("--output", default=str(HERE / "results" / "session_scale.json"))
     a = ap.parse_args()
     pin = not a.no_pin and (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
-    if not pin:
+    if pin:  # the speed probe's thread with the generator, off the servers' core
+        os.sched_setaffinity(0, {1})
+    else:
         print("not pinning (needs 2+ cores and taskset): figures include the generator's contention", flush=True)
     levels = [int(x) for x in a.levels.split(",")]
     modes = a.modes.split(",")
@@ -197,6 +279,7 @@ def main() -> int:
                     f"p99 {r['p99_ms']:8.1f} ms ({r['p99_over_p50']}x)  {r['server_cpu_us_per_step']} µs CPU/step "
                     f"{r['cpu_us_per_step_by_process']}  generator {r['generator_cpu_share']:.0%} busy  "
                     f"stolen {r['server_core_stolen_ms']} ms  "
+                    f"speed spread {r['machine_speed'].get('spread_p90_over_p10')}  "
                     f"sessions ok {r['sessions_ok']} failed {r['sessions_failed']} {r['errors'] or ''}",
                     flush=True,
                 )
