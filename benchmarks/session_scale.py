@@ -56,6 +56,7 @@ from agentrl_envs.stack import ManagedProcess, free_port
 
 HERE = Path(__file__).resolve().parent
 TICKS = os.sysconf("SC_CLK_TCK")
+SERVER_CORE, GEN_CORE = 0, 1  # when pinning: the servers on one core, the generator (and this process) on the other
 
 
 def cpu_seconds(pid: int) -> float:
@@ -168,7 +169,7 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
     cli = [sys.executable, "-m", "agentrl_envs.cli"]
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / "agentrl-bench"
     logs.mkdir(parents=True, exist_ok=True)
-    server_core, gen_core = (0, 1) if pin else (None, None)
+    server_core, gen_core = (SERVER_CORE, GEN_CORE) if pin else (None, None)
     wport = free_port()
     worker_cmd = [*cli, "worker", "echo", "--split", "load", "--option", f"steps={a.k}", "--port", str(wport)]
     worker_cmd += ["--concurrency", str(max(sessions * 2, 64)), "--log-level", "warning"]
@@ -262,7 +263,7 @@ def main() -> int:
     a = ap.parse_args()
     pin = not a.no_pin and (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
     if pin:  # the speed probe's thread with the generator, off the servers' core
-        os.sched_setaffinity(0, {1})
+        os.sched_setaffinity(0, {GEN_CORE})
     else:
         print("not pinning (needs 2+ cores and taskset): figures include the generator's contention", flush=True)
     levels = [int(x) for x in a.levels.split(",")]
