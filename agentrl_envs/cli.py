@@ -12,7 +12,8 @@
     agentrl-envs eval --resume DIR                        finish an interrupted run
     agentrl-envs eval-report DIR [DIR ...] [--output OUT] runs side by side (text and HTML)
     agentrl-envs serve-model [--host H] [--port P] [--model PATH] [--max-batch N] [--max-tokens-limit N] ...
-    agentrl-envs new NAME [--dir PATH]                    a new task package (envs/NAME) that passes the conformance suite
+    agentrl-envs new NAME [--dir PATH] [--container]      a new task package (envs/NAME) that passes the conformance suite
+    agentrl-envs conform --controller URL --task NAME     the conformance suite over the wire (or --image IMAGE)
 
 Task options (``--option K=V``) may also come from the environment as ``AGENTRL_<TASK>_<K>``,
 e.g. ``AGENTRL_DB_BACKEND=mysql``; the command line wins.
@@ -393,13 +394,24 @@ def cmd_serve_model(a: argparse.Namespace) -> int:
 def cmd_new(a: argparse.Namespace) -> int:
     from .scaffold import package_dir, scaffold
 
-    files = scaffold(a.name, a.dir)
+    files = scaffold(a.name, a.dir, container=a.container)
     root = package_dir(a.name, a.dir)
     print(f"wrote task {a.name!r} in {root}/:")
     for f in files:
         print(f"  {f.relative_to(root)}")
-    print(f"next: pip install -e {root}  &&  pytest {root}/tests  &&  agentrl-envs check {a.name}")
+    if a.container:
+        print(
+            f"next: docker build --network host -t agentrl/worker-{a.name} {root}  &&  agentrl-envs conform --image agentrl/worker-{a.name}"
+        )
+    else:
+        print(f"next: pip install -e {root}  &&  pytest {root}/tests  &&  agentrl-envs check {a.name}")
     return 0
+
+
+def cmd_conform(a: argparse.Namespace) -> int:
+    from .conform.command import main as conform_main
+
+    return conform_main(a)
 
 
 # ---------------------------------------------------------------------------- parser
@@ -544,7 +556,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("new", help="write a new task package that passes the conformance suite as generated")
     sp.add_argument("name", help="the task's name: a lowercase Python identifier, e.g. my_task")
     sp.add_argument("--dir", help="where to write the package (default: envs/NAME)")
+    sp.add_argument("--container", action="store_true", help="a worker in Node.js (standard library) with its Dockerfile instead")
     sp.set_defaults(func=cmd_new)
+
+    sp = sub.add_parser("conform", help="the conformance suite over the wire: a task behind a controller, or a worker image")
+    from .conform.command import add_arguments as add_conform_arguments
+
+    add_conform_arguments(sp)
+    sp.set_defaults(func=cmd_conform)
     return p
 
 

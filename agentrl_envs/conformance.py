@@ -80,15 +80,20 @@ from .task import Task
 __all__ = [
     "CHECKS",
     "MAX_PLAYED_TURNS",
+    "NO_CALL",
+    "BadCall",
     "ConformanceSkip",
+    "bad_call_cases",
     "check_bad_calls",
     "check_gym_env",
     "check_reference_replay",
     "check_task_conformance",
     "check_teardown",
+    "check_tool_list",
     "check_tool_schemas",
     "check_turn_limit",
     "default_split",
+    "shorten",
     "temporarily_registered",
 ]
 
@@ -97,7 +102,8 @@ MAX_PLAYED_TURNS = 20
 _LOWERED_LIMIT = 3
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _UNKNOWN_TOOL = "conformance_no_such_tool"
-_NO_CALL = {"role": "assistant", "content": "I will not call a tool this time."}
+#: The assistant message of a round without a tool call.
+NO_CALL = {"role": "assistant", "content": "I will not call a tool this time."}
 
 
 class ConformanceSkip(Exception):
@@ -113,7 +119,7 @@ def _split(task_cls: type[Task], split: str | None) -> str | None:
     return split if split is not None else default_split(task_cls)
 
 
-def _shorten(text: object, limit: int = 400) -> str:
+def shorten(text: object, limit: int = 400) -> str:
     """One line; a long text keeps its head and its tail (where a traceback says what failed)."""
     flat = " | ".join(line.strip() for line in str(text).splitlines() if line.strip())
     return flat if len(flat) <= limit else f"{flat[: limit // 2]} ... {flat[-limit // 2 :]}"
@@ -128,16 +134,23 @@ def _what(task_cls: type[Task], split: str | None) -> str:
 
 def check_tool_schemas(task_cls: type[Task], split: str | None = None, *, config: dict[str, Any] | None = None) -> list[str]:
     """Every ``tool_definitions()`` entry is an OpenAI function tool with a valid JSON Schema."""
+    who = f"task {task_cls.name!r}"
+    assert isinstance(task_cls.name, str) and task_cls.name, f"{who}: expected a non-empty class attribute `name`"
+    tools = task_cls.tool_definitions()
+    assert isinstance(tools, list) and tools, f"{who}: expected at least one @tool method, got tool_definitions() = {tools!r}"
+    check_tool_list(tools, who)
+    return []
+
+
+def check_tool_list(tools: list[Any], who: str) -> None:
+    """The tool-schema rules on a list of tool definitions (a task's, or a worker's ``tools`` on
+    the wire): raises :class:`AssertionError` naming ``who`` and the tool that breaks one."""
     try:
         from jsonschema import Draft202012Validator
         from jsonschema.exceptions import SchemaError
     except ImportError as e:  # pragma: no cover - jsonschema is in the [test] extra
         raise ConformanceSkip(f"the tool-schema check needs jsonschema (pip install 'agentrl-envs[test]'): {e}") from None
 
-    who = f"task {task_cls.name!r}"
-    assert isinstance(task_cls.name, str) and task_cls.name, f"{who}: expected a non-empty class attribute `name`"
-    tools = task_cls.tool_definitions()
-    assert isinstance(tools, list) and tools, f"{who}: expected at least one @tool method, got tool_definitions() = {tools!r}"
     seen: set[str] = set()
     for i, entry in enumerate(tools):
         where = f"{who}, tool #{i}"
@@ -176,7 +189,6 @@ def check_tool_schemas(task_cls: type[Task], split: str | None = None, *, config
             json.dumps(entry)
         except (TypeError, ValueError) as e:
             raise AssertionError(f"{where}: expected a JSON-serializable definition, got {e}") from None
-    return []
 
 
 # --------------------------------------------------------------------------- in-process sessions
@@ -202,7 +214,7 @@ def _episode(runtime: TaskRuntime, index: int, max_turns: int | None = None) -> 
 
 def _ended(out: Any) -> str:
     why = out.metric.get("error") if isinstance(out.metric, dict) else None
-    return f"status {out.status.value!r}, reward {out.reward}" + (f", error: {_shorten(why)}" if why else "")
+    return f"status {out.status.value!r}, reward {out.reward}" + (f", error: {shorten(why)}" if why else "")
 
 
 async def _start(episode: Episode, who: str) -> list[dict[str, Any]]:
@@ -219,21 +231,18 @@ def _call_message(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     }
 
 
-def check_bad_calls(task_cls: type[Task], split: str | None = None, *, config: dict[str, Any] | None = None) -> list[str]:
-    """Model mistakes are answered with a tool/user message, the round counts, the episode goes on."""
-    split = _split(task_cls, split)
-    return asyncio.run(_bad_calls(task_cls, split, config))
+#: One bad-call case: (what, the assistant message, the role the answer must have, a text it must mention).
+BadCall = tuple[str, dict[str, Any], str, str | None]
 
 
-async def _bad_calls(task_cls: type[Task], split: str | None, config: dict[str, Any] | None) -> list[str]:
-    who = _what(task_cls, split)
-    notes: list[str] = []
-    tools = task_cls.tool_definitions()
-    assert tools, f"{who}: expected at least one tool"
+def bad_call_cases(tools: list[dict[str, Any]]) -> tuple[list[BadCall], list[str]]:
+    """The model mistakes the ``bad_calls`` check sends, for these tools, and notes on the cases
+    that do not apply: an unknown tool, invalid JSON arguments, a missing required argument (if
+    a tool has one) and a message without a tool call."""
     first = tools[0]["function"]["name"]
     with_required = next((t["function"] for t in tools if t["function"].get("parameters", {}).get("required")), None)
-    cases: list[tuple[str, dict[str, Any], str, str | None]] = [
-        # (what, assistant message, expected role, text the answer must mention)
+    notes: list[str] = []
+    cases: list[BadCall] = [
         ("an unknown tool", _call_message("c_unknown", _UNKNOWN_TOOL, "{}"), "tool", _UNKNOWN_TOOL),
         ("invalid JSON arguments", _call_message("c_json", first, '{"oops": '), "tool", "JSON"),
     ]
@@ -242,7 +251,21 @@ async def _bad_calls(task_cls: type[Task], split: str | None, config: dict[str, 
         cases.append(("a missing required argument", _call_message("c_missing", with_required["name"], "{}"), "tool", arg))
     else:
         notes.append("no tool has a required argument: the missing-argument case does not apply")
-    cases.append(("a message without a tool call", dict(_NO_CALL), "user", None))
+    cases.append(("a message without a tool call", dict(NO_CALL), "user", None))
+    return cases, notes
+
+
+def check_bad_calls(task_cls: type[Task], split: str | None = None, *, config: dict[str, Any] | None = None) -> list[str]:
+    """Model mistakes are answered with a tool/user message, the round counts, the episode goes on."""
+    split = _split(task_cls, split)
+    return asyncio.run(_bad_calls(task_cls, split, config))
+
+
+async def _bad_calls(task_cls: type[Task], split: str | None, config: dict[str, Any] | None) -> list[str]:
+    who = _what(task_cls, split)
+    tools = task_cls.tool_definitions()
+    assert tools, f"{who}: expected at least one tool"
+    cases, notes = bad_call_cases(tools)
 
     async with _runtime(task_cls, split, config) as runtime:
         assert runtime.indices, f"{who}: expected samples, got none"
@@ -323,7 +346,7 @@ async def _turn_limit(task_cls: type[Task], split: str | None, config: dict[str,
             for turn in range(1, expected + 1):
                 where = f"{who}, sample 0, round {turn} of {expected} without a tool call"
                 try:
-                    out = await episode.step([dict(_NO_CALL)])
+                    out = await episode.step([dict(NO_CALL)])
                 except Exception as e:
                     raise AssertionError(f"{where}: expected an answer, got {type(e).__name__}: {e}") from e
                 assert [m.get("role") for m in out.messages] == ["user"], (
@@ -340,7 +363,7 @@ async def _turn_limit(task_cls: type[Task], split: str | None, config: dict[str,
                         f"{where}: expected metrics turns = {expected}, got {out.metric.get('turns')!r}"
                     )
             try:
-                await episode.step([dict(_NO_CALL)])
+                await episode.step([dict(NO_CALL)])
             except SessionFinishedError:
                 pass
             else:
@@ -423,7 +446,7 @@ class _WorkerSessions:
 
 class _NoToolPolicy:
     async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        return dict(_NO_CALL)
+        return dict(NO_CALL)
 
 
 def check_teardown(task_cls: type[Task], split: str | None = None, *, config: dict[str, Any] | None = None) -> list[str]:
@@ -461,7 +484,7 @@ async def _teardown(task_cls: type[Task], split: str | None, config: dict[str, A
         policy = as_policy(reference) if reference is not None else _NoToolPolicy()
         t = await run_episode(sessions, task_cls.name, index, policy, stops=[MaxTurns(200)])
         assert t.outcome is not None and t.status not in (SampleStatus.TASK_ERROR, SampleStatus.UNKNOWN), (
-            f"{who}: expected sample {index} to play to its end, got status {t.status.value!r}: {_shorten(t.error)}"
+            f"{who}: expected sample {index} to play to its end, got status {t.status.value!r}: {shorten(t.error)}"
         )
         if t.metrics.get("stopped_by_client"):
             notes.append(f"sample {index} did not end within 200 rounds: the client cancelled it")
@@ -472,7 +495,7 @@ async def _teardown(task_cls: type[Task], split: str | None, config: dict[str, A
         session = AgentSession(sessions, task_cls.name, 0)
         await session.start()
         assert not session.done, f"{who}: expected sample 0 to start, got status {session.transcript.status.value!r}"
-        await session.act(dict(_NO_CALL))
+        await session.act(dict(NO_CALL))
         assert not session.done, f"{who}: expected sample 0 to go on after one round, got {session.transcript.status.value!r}"
         await session.close()
         held("after a session was cancelled")
@@ -549,7 +572,7 @@ def check_gym_env(task_cls: type[Task], split: str | None = None, *, config: dic
                     check_env(env.unwrapped)
                 except Exception as e:
                     raise AssertionError(
-                        f"{who}: expected gymnasium's check_env to pass, got {type(e).__name__}: {_shorten(e)}"
+                        f"{who}: expected gymnasium's check_env to pass, got {type(e).__name__}: {shorten(e)}"
                     ) from e
                 obs, info = env.reset(options={"index": 0})
                 assert obs in env.observation_space, f"{who}: expected reset's observation in the space, got {obs!r}"

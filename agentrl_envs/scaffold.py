@@ -9,8 +9,17 @@ The package (``envs/NAME/`` by default)::
                               data/dev.jsonl
     tests/test_NAME.py        the conformance suite (:mod:`agentrl_envs.conformance`) on it
 
-The files come from ``scaffold_template/`` next to this module (``*.tmpl``, with ``{{name}}``,
-``{{module}}`` and ``{{class_name}}`` placeholders; ``package/`` becomes ``agentrl_env_NAME/``).
+``agentrl-envs new NAME --container`` writes a worker in another language instead: Node.js,
+standard library only, speaking the worker protocol itself (``examples/node_worker/`` is one)::
+
+    worker.js  protocol.js    the entry point; the protocol (endpoints, sessions, 406, idle expiry, heartbeats)
+    task.js  data/dev.jsonl   the task (the same sum example) and its samples
+    Dockerfile  README.md     the image (FROM agentrl/base, Node.js from Debian), how to run and `conform` it
+    package.json
+
+The files come from ``scaffold_template/`` (a task package) or ``scaffold_container/`` (a
+container worker) next to this module (``*.tmpl``, with ``{{name}}``, ``{{module}}`` and
+``{{class_name}}`` placeholders; ``package/`` becomes ``agentrl_env_NAME/``).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from pathlib import Path
 from .errors import AgentRLEnvsError
 
 TEMPLATE_DIR = Path(__file__).parent / "scaffold_template"
+CONTAINER_TEMPLATE_DIR = Path(__file__).parent / "scaffold_container"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -54,8 +64,9 @@ def package_dir(name: str, directory: str | Path | None = None) -> Path:
     return Path(directory) if directory is not None else Path("envs") / name
 
 
-def scaffold(name: str, directory: str | Path | None = None) -> list[Path]:
-    """Write the package of task ``name`` into ``directory`` (default ``envs/NAME``); return the files.
+def scaffold(name: str, directory: str | Path | None = None, *, container: bool = False) -> list[Path]:
+    """Write the package of task ``name`` into ``directory`` (default ``envs/NAME``); return the
+    files. ``container``: the Node.js worker and its Dockerfile instead of a Python package.
 
     Raises :class:`AgentRLEnvsError` for a bad or installed name, or a directory that exists."""
     validate_name(name)
@@ -63,9 +74,10 @@ def scaffold(name: str, directory: str | Path | None = None) -> list[Path]:
     if root.exists():
         raise AgentRLEnvsError(f"{root} exists already: choose another name or --dir")
     module = f"agentrl_env_{name}"
+    templates = CONTAINER_TEMPLATE_DIR if container else TEMPLATE_DIR
     written: list[Path] = []
-    for template in sorted(TEMPLATE_DIR.rglob("*.tmpl")):
-        rel = template.relative_to(TEMPLATE_DIR).with_suffix("")  # drop .tmpl
+    for template in sorted(templates.rglob("*.tmpl")):
+        rel = template.relative_to(templates).with_suffix("")  # drop .tmpl
         parts = [module if p == "package" else p for p in rel.parts]
         if parts[-1] == "test_name.py":
             parts[-1] = f"test_{name}.py"

@@ -1,0 +1,30 @@
+"""The conformance suite over the wire: ``agentrl-envs conform``.
+
+:mod:`agentrl_envs.conformance` checks a Task class in-process; this package checks a *worker*
+from the outside, speaking only HTTP to a controller (and, for the worker's own rules, to the
+worker at the address the controller lists), so a worker written in any language, or an image
+nobody here built, can be checked::
+
+    from agentrl_envs.conform import run_conformance, WireOptions
+    report = run_conformance("http://127.0.0.1:5020", "db", options=WireOptions(idle_timeout=5))
+    assert report.passed, report.text()
+
+    from agentrl_envs.conform.image import conform_image        # needs a Docker engine
+    report = conform_image("agentrl/worker-node_sum")
+
+* :mod:`.wire` — :class:`WireTarget`: raw HTTP answers from the controller and its workers.
+* :mod:`.checks` — the checks (:data:`CHECKS`, :data:`PROTOCOL_CHECKS`) and :class:`WireOptions`.
+* :mod:`.run` — :func:`run_conformance` and its :class:`Report`.
+* :mod:`.image` — :func:`~.image.conform_image`: an image started as ``up`` starts a worker.
+* :mod:`.command` — the command line.
+
+The rules and what a worker must serve: ``docs/conformance.md``.
+"""
+
+from __future__ import annotations
+
+from .checks import CHECKS, PROTOCOL_CHECKS, WireOptions
+from .run import CheckResult, Report, run_conformance
+from .wire import Answer, WireTarget
+
+__all__ = ["CHECKS", "PROTOCOL_CHECKS", "Answer", "CheckResult", "Report", "WireOptions", "WireTarget", "run_conformance"]
