@@ -132,3 +132,10 @@ def test_the_example_is_what_new_container_writes(tmp_path, capsys):
     assert written == example, "examples/node_worker differs from `agentrl-envs new node_sum --container`: regenerate it"
     assert "HEALTHCHECK" in written[Path("Dockerfile")] and "ARG BASE_IMAGE=agentrl/base:latest" in written[Path("Dockerfile")]
     assert not any("{{" in text for text in written.values()), "a placeholder was left unfilled"
+
+
+def test_conform_refuses_a_bad_option_saying_how_to_fix_it(capsys):
+    assert main(["conform", "--controller", "http://127.0.0.1:9", "--task", "x", "--max-fill", "0"]) == 2
+    assert "max_fill must be positive, got 0 (leave it unset for the default)" in capsys.readouterr().err
+    assert main(["conform", "--controller", "http://127.0.0.1:9", "--task", "x", "--checks", "health,nope"]) == 2
+    assert "unknown checks ['nope']" in capsys.readouterr().err

@@ -13,7 +13,8 @@ nobody here built, can be checked::
     report = conform_image("agentrl/worker-node_sum")
 
 * :mod:`.wire` — :class:`WireTarget`: raw HTTP answers from the controller and its workers.
-* :mod:`.checks` — the checks (:data:`CHECKS`, :data:`PROTOCOL_CHECKS`) and :class:`WireOptions`.
+* :mod:`.checks` — the checks (:data:`CHECKS`, :data:`PROTOCOL_CHECKS`).
+* :mod:`.options` — :class:`WireOptions`, what the wire cannot tell them (the command line's options).
 * :mod:`.run` — :func:`run_conformance` and its :class:`Report`.
 * :mod:`.image` — :func:`~.image.conform_image`: an image started as ``up`` starts a worker.
 * :mod:`.command` — the command line.
@@ -23,7 +24,8 @@ The rules and what a worker must serve: ``docs/conformance.md``.
 
 from __future__ import annotations
 
-from .checks import CHECKS, PROTOCOL_CHECKS, WireOptions
+from .checks import CHECKS, PROTOCOL_CHECKS
+from .options import WireOptions
 from .run import CheckResult, Report, run_conformance
 from .wire import Answer, WireTarget
 

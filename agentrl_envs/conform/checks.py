@@ -12,39 +12,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from .. import conformance as in_process
 from ..conformance import NO_CALL, ConformanceSkip, bad_call_cases, check_tool_list, shorten
 from ..schema import SampleStatus
+from .options import WireOptions
 from .wire import Answer, WireTarget, Worker
 
 _ENDED = SampleStatus.TASK_LIMIT_REACHED.value
-
-
-@dataclass
-class WireOptions:
-    """What the wire cannot tell the checks. Every field has a default that works on a controller
-    started for the check; ``idle_timeout`` must be given for any other."""
-
-    #: The controller's idle timeout (s): the idle-expiry check waits this long (unset: skipped
-    #: unless ``worker_idle_timeout`` is set).
-    idle_timeout: float | None = None
-    #: The worker's own idle timeout (s), if it has one: a session started on it directly must go.
-    worker_idle_timeout: float | None = None
-    #: The task's round limit, if known: the turn-limit check then expects exactly this many rounds.
-    turn_limit: int | None = None
-    #: Without ``turn_limit``: the rounds the turn-limit check plays before it gives up (skipped).
-    max_rounds: int = 40
-    #: The capacity check fills a worker with at most this many sessions (a larger one: skipped).
-    max_fill: int = 64
-    #: Seconds allowed for a cancel or an expiry to reach the worker.
-    settle: float = 10.0
-    #: The split of a locally installed task whose reference_policy replays (default: its default split).
-    split: str | None = None
-    #: Reference replays of a worker-offered reference: at most this many samples (None: all).
-    limit: int | None = None
 
 
 def _first_index(t: WireTarget) -> Any:

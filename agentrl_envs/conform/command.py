@@ -9,10 +9,13 @@ Exit status: 0 when no check failed (skipped ones say why), 1 when one did.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import typing
 
 from ..errors import AgentRLEnvsError
-from .checks import CHECKS, PROTOCOL_CHECKS, WireOptions
+from .checks import CHECKS, PROTOCOL_CHECKS
+from .options import WireOptions
 
 
 def add_arguments(sp: argparse.ArgumentParser) -> None:
@@ -26,21 +29,10 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
         "--checks",
         help=f"comma-separated checks (default: all: {','.join(CHECKS)}); 'protocol' for {','.join(PROTOCOL_CHECKS)}",
     )
-    defaults = WireOptions()
-    sp.add_argument(
-        "--idle-timeout", type=float, help="the controller's idle timeout in s (unset: idle_expiry skipped; --image: 4)"
-    )
-    sp.add_argument("--worker-idle-timeout", type=float, help="the worker's own idle timeout in s, if it has one")
-    sp.add_argument(
-        "--turn-limit", type=int, help="the task's round limit, if known (else the end is awaited up to --max-rounds)"
-    )
-    sp.add_argument("--max-rounds", type=int, default=defaults.max_rounds, help="rounds the turn-limit check plays at most")
-    sp.add_argument("--max-fill", type=int, default=defaults.max_fill, help="sessions the capacity check opens at most")
-    sp.add_argument(
-        "--settle", type=float, default=defaults.settle, help="seconds a cancel or expiry may take to reach the worker"
-    )
-    sp.add_argument("--split", help="the split of a task installed here whose reference_policy replays (default: its first)")
-    sp.add_argument("--limit", type=int, help="replay at most this many references a worker offers")
+    hints = typing.get_type_hints(WireOptions)
+    for f in dataclasses.fields(WireOptions):
+        kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+        sp.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default, help=f.metadata["help"])
     sp.add_argument("--json", action="store_true", help="print the report as JSON")
     sp.add_argument("worker_args", nargs=argparse.REMAINDER, help="with --image: arguments after `--` go to the image")
 
@@ -52,16 +44,10 @@ def main(a: argparse.Namespace) -> int:
         unknown = [c for c in checks if c not in CHECKS]
         if unknown:
             raise AgentRLEnvsError(f"unknown checks {unknown}; the checks are {', '.join(CHECKS)} (or 'protocol')")
-    options = WireOptions(
-        idle_timeout=a.idle_timeout,
-        worker_idle_timeout=a.worker_idle_timeout,
-        turn_limit=a.turn_limit,
-        max_rounds=a.max_rounds,
-        max_fill=a.max_fill,
-        settle=a.settle,
-        split=a.split,
-        limit=a.limit,
-    )
+    try:
+        options = WireOptions(**{f.name: getattr(a, f.name) for f in dataclasses.fields(WireOptions)})
+    except ValueError as e:
+        raise AgentRLEnvsError(str(e)) from None
     worker_args = a.worker_args[1:] if a.worker_args[:1] == ["--"] else a.worker_args
     if a.image:
         from .image import conform_image

@@ -19,7 +19,7 @@ from ..containers.engine import docker_client, image_exists
 from ..containers.up import DockerStack
 from ..errors import InfrastructureError
 from ..stack import ServerThread, free_port
-from .checks import WireOptions
+from .options import WireOptions
 from .run import Report, run_conformance
 
 #: The idle timeout of the controller an image is checked against (the idle-expiry check waits it out).

@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ..conformance import ConformanceSkip
-from .checks import CHECKS, WireOptions
+from .checks import CHECKS
+from .options import WireOptions
 from .wire import WireTarget
 
 Outcome = Literal["passed", "failed", "skipped"]
