@@ -43,7 +43,6 @@ thread per :func:`environment_factory` call (TRL calls tools synchronously from 
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import itertools
 import json
@@ -57,6 +56,7 @@ from ..client import AsyncControllerClient
 from ..errors import AgentRLEnvsError, InfrastructureError
 from ..policy import call_turn
 from ..schema import Message, SampleIndex, SampleStatus
+from .loop_thread import LoopThread
 from .typed_tools import tool_function
 
 __all__ = ["EnvironmentFactories", "TaskEnvironment", "environment_factory", "send_final_text", "trl_prompt"]
@@ -118,9 +118,7 @@ class _Hub:
         self.url = controller
         self.stack = stack
         self.start_timeout = start_timeout
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="agentrl-trl-loop")
-        self.thread.start()
+        self.loop = LoopThread("agentrl-trl-loop")
         self.client = self.run(self._client(controller))
         self.episodes: list[Transcript] = []
         self.indices: dict[str, list[SampleIndex]] = {}
@@ -133,9 +131,7 @@ class _Hub:
         return AsyncControllerClient(url)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the hub's loop and wait for it (safe from any thread, even one that
-        runs an event loop of its own)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        return self.loop.run(coro)
 
     def next_index(self, task: str) -> SampleIndex:
         with self._lock:
@@ -157,8 +153,7 @@ class _Hub:
         try:
             self.run(self.client.aclose())
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(10)
+            self.loop.stop()
             if self.stack is not None:
                 self.stack.stop()
 

@@ -103,7 +103,16 @@ class ScriptedLlama(LlamaForCausalLM):
         return super().generate(input_ids=input_ids, logits_processor=LogitsProcessorList([force]), **kwargs)
 
 
-def test_plain_trl_grpo_logs_our_tasks_rewards(tmp_path: Any) -> None:
+@pytest.fixture
+def one_thread() -> Any:
+    """Torch on one thread: on a shared 2-core machine a second thread made generation 10x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_plain_trl_grpo_logs_our_tasks_rewards(tmp_path: Any, one_thread: None) -> None:
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen2_5_chat_template
 
@@ -145,7 +154,7 @@ def test_plain_trl_grpo_logs_our_tasks_rewards(tmp_path: Any) -> None:
             max_steps=2,
             per_device_train_batch_size=4,
             num_generations=2,
-            max_completion_length=256,
+            max_completion_length=128,
             learning_rate=1e-3,
             beta=0.0,
             logging_steps=1,
