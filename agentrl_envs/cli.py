@@ -83,9 +83,9 @@ def split_sizes(cls: Any) -> dict[str, Any]:
 
 def task_options(task: str, pairs: list[str] | None) -> dict[str, Any]:
     """Options for ``task`` from ``AGENTRL_<TASK>_<KEY>`` env vars, then ``K=V`` pairs."""
-    from .registry import get_task
+    from .integrations import task_class
 
-    fields = get_task(task).Config.model_fields
+    fields = task_class(task).Config.model_fields
     env = {k: option_env_var(task, k) for k in fields}
     options: dict[str, Any] = {k: os.environ[v] for k, v in env.items() if v in os.environ}
     for pair in pairs or []:
@@ -161,10 +161,10 @@ def cmd_controller(a: argparse.Namespace) -> int:
 
 def cmd_worker(a: argparse.Namespace) -> int:
     from .episode import TaskRuntime
-    from .registry import get_task
+    from .integrations import task_class
     from .worker import WorkerService, create_worker_app
 
-    cls = get_task(a.task)
+    cls = task_class(a.task)
     split = a.split if a.split or a.data else (cls.splits[0] if cls.splits else None)
     runtime = TaskRuntime(cls, split=split, data=a.data, config=task_options(a.task, a.option))
     from .auth import WORKER_SECRET_ENV, require_auth_off_loopback, split_userinfo, worker_authenticator
@@ -408,6 +408,12 @@ def cmd_new(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_openenv(a: argparse.Namespace) -> int:
+    from .integrations.openenv import command
+
+    return command(a)
+
+
 def cmd_conform(a: argparse.Namespace) -> int:
     from .conform.command import main as conform_main
 
@@ -558,6 +564,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--dir", help="where to write the package (default: envs/NAME)")
     sp.add_argument("--container", action="store_true", help="a worker in Node.js (standard library) with its Dockerfile instead")
     sp.set_defaults(func=cmd_new)
+
+    sp = sub.add_parser("openenv", help="OpenEnv: serve a task as an OpenEnv environment (docs/openenv.md)")
+    from .integrations.openenv import add_arguments as add_openenv_arguments
+
+    add_openenv_arguments(sp, data_args)
+    sp.set_defaults(func=cmd_openenv)
 
     sp = sub.add_parser("conform", help="the conformance suite over the wire: a task behind a controller, or a worker image")
     from .conform.command import add_arguments as add_conform_arguments
