@@ -112,3 +112,42 @@ async def test_a_task_behind_a_controller() -> None:
                 assert result.reward == 1.0
         sessions = httpx.get(f"{stack.url}/api/list_sessions").json()
         assert not any(sessions.values()) if isinstance(sessions, dict) else not sessions
+
+
+async def test_the_cli_serves_a_task(tmp_path: Any) -> None:
+    """``agentrl-envs openenv serve echo``: an OpenEnv server process that openenv-core's client plays."""
+    import subprocess
+    import sys
+    import time
+
+    from agentrl_envs.cli import main
+    from agentrl_envs.stack import free_port
+
+    assert main(["openenv", "serve", "echo", "--host", "0.0.0.0"]) == 2  # no authentication: loopback only
+    port = free_port()
+    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrl_envs.cli", "openenv", "serve", "echo", "--port", str(port), "--log-level", "warning"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.2)
+        async with GenericEnvClient(base_url=f"http://127.0.0.1:{port}") as client:
+            result = await client.reset(index=0)
+            word = result.observation["messages"][-1]["content"].split("'")[1]  # Echo the word 'x'.
+            result = await client.step({"type": "call_tool", "tool_name": "echo", "arguments": {"text": word}})
+            assert result.done and result.reward == 1.0, result
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()

@@ -36,15 +36,16 @@ def add_arguments(sp: argparse.ArgumentParser, data_args: Callable[[argparse.Arg
 
 def command(a: argparse.Namespace) -> int:
     """Run ``agentrl-envs openenv serve``."""
-    import uvicorn
-
     from ...auth import is_loopback
     from ...cli import task_options
     from ...errors import AgentRLEnvsError
-    from .serve import create_openenv_app
 
     if not is_loopback(a.host) and not a.insecure:
         raise AgentRLEnvsError(f"OpenEnv's protocol has no authentication: serving on {a.host} needs --insecure")
+    import uvicorn
+
+    from .serve import create_openenv_app
+
     options: dict[str, Any] = task_options(a.task, a.option) if a.option else {}
     app = create_openenv_app(
         a.task, controller=a.controller, split=a.split, data=a.data, options=options, max_sessions=a.max_sessions
