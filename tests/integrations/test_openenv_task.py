@@ -55,8 +55,11 @@ def test_protocol_conformance(url: str, check: Any) -> None:
 
 
 async def test_episodes_through_our_controller(url: str) -> None:
-    """``agentrl-envs worker openenv --option url=...`` (started by LocalStack, as ``up`` and ``eval`` do)."""
-    with LocalStack(["openenv"], task_options={"openenv": {"url": url}}) as stack:
+    """``agentrl-envs worker openenv --option url=...`` (started by LocalStack, as ``up`` and ``eval`` do),
+    then the wire-level conformance checks (``agentrl-envs conform``) on that worker."""
+    from agentrl_envs.conform.run import run_conformance
+
+    with LocalStack(["openenv"], task_options={"openenv": {"url": url, "max_turns": 5}}) as stack:
         async with AsyncControllerClient(stack.url) as client:
             assert len(await client.get_indices("openenv")) == 100
             for index, answer, reward in [(2, WORDS[2], 1.0), (3, "wrong", 0.0)]:
@@ -73,3 +76,6 @@ async def test_episodes_through_our_controller(url: str) -> None:
             sid, first = await client.start_sample("openenv", -1, custom_task={"seed": 4})
             assert WORDS[4] in first.messages[-1]["content"]
             await client.cancel(sid)
+        checks = ["health", "tool_schemas", "bad_calls", "turn_limit", "cancel", "capacity"]
+        report = run_conformance(stack.url, "openenv", checks=checks)
+        assert [r.outcome for r in report.results] == ["passed"] * len(checks), report.text()
