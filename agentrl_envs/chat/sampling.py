@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from .decode import DecodeBatch, DecodeRow, PrefixCache, StopReason
+from .decode import DecodeBatch, DecodeRow, StopReason
 from .engine import TransformersEngine
+from .fast_decode import FastDecodeBatch
 
 __all__ = ["BatchSampler", "Completion"]
 
@@ -84,14 +85,14 @@ class BatchSampler:
         self.engine = engine
         self.max_batch = max_batch
         self.batch_wait_s = batch_wait_s
-        self.prefix_cache = PrefixCache(prefix_cache_tokens)
+        self.prefix_cache = engine.new_prefix_cache(prefix_cache_tokens)
         self.batches = 0
         self.generated_tokens = 0
         self._busy_done = 0.0
         self._busy_since: float | None = None
         self._queue: queue.Queue[_Request | None] = queue.Queue()
         self._closed = False
-        self._batch: DecodeBatch | None = None
+        self._batch: FastDecodeBatch | DecodeBatch | None = None
         self._pending: list[_Request] = []  # taken from the queue, not yet admitted
         self._inflight: dict[int, _Request] = {}  # id(row) -> request, for rows in the batch
         self._hold = threading.Event()  # set: admit nothing (exclusive())
@@ -243,7 +244,7 @@ class BatchSampler:
         room = self.max_batch - self.running
         admitted, self._pending = self._pending[:room], self._pending[room:]
         if self._batch is None:
-            self._batch = DecodeBatch(self.engine, prefix_cache=self.prefix_cache)
+            self._batch = self.engine.new_batch(prefix_cache=self.prefix_cache)
         if any(r.tools for r in admitted):
             grammar = self.engine.tool_call_grammar()
             self._batch.grammar = grammar

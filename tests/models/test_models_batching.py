@@ -152,13 +152,15 @@ async def test_the_prefix_cache_serves_the_next_turn_of_a_conversation(engine: A
         follow_up = first + one.completion_ids + engine.encode_prompt(ask("And now?"))[-5:]
         fresh = engine.generate_tokens(follow_up, 8)[0]
         two = await sampler.generate(follow_up, 8, temperature=0.0)
-        assert sampler.prefix_cache.hits == 1 and sampler.prefix_cache.reused_tokens == len(first) - 1
+        # the finished row's context is reused: its prompt and every completion token it fed back
+        reused = len(first) + len(one.completion_ids) - 1
+        assert sampler.prefix_cache.hits == 1 and sampler.prefix_cache.reused_tokens == reused
         assert two.completion_ids == fresh
         # another question of the same task: the shared system prompt and tools come from the cache
         other = engine.encode_prompt(ask(QUESTIONS[1]), [SQL_TOOL])
         shared = next(i for i, (a, b) in enumerate(zip(other, follow_up, strict=False)) if a != b)
         three = await sampler.generate(other, 8, temperature=0.0)
-        assert sampler.prefix_cache.hits == 2 and sampler.prefix_cache.reused_tokens == len(first) - 1 + shared
+        assert sampler.prefix_cache.hits == 2 and sampler.prefix_cache.reused_tokens == reused + shared
         assert three.completion_ids == engine.generate_tokens(other, 8)[0]
     finally:
         sampler.close()

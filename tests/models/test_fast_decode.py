@@ -1,0 +1,228 @@
+"""The packed decode path (agentrl_envs.chat.fast_decode / llama) against transformers' own forward.
+
+The reference is the same engine with ``packed=False`` (transformers' LlamaForCausalLM and its
+DynamicCache, the path used before the packed one existed): greedy completions must be identical
+and logprobs within 1e-4; the head cache must reuse earlier turns without changing a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from agentrl_envs.chat.decode import DecodeRow, inverse_cdf
+from agentrl_envs.chat.engine import TransformersEngine
+from agentrl_envs.chat.fast_decode import HeadCache, common_prefix
+from agentrl_envs.chat.sampling import BatchSampler
+from agentrl_envs.schema import Message
+
+SYSTEM = "You are a helpful assistant. Answer in one short sentence. " * 4
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about a cat who likes to sail.",
+    "List three colors.",
+    "How many legs does a spider have?",
+    "Translate 'good morning' to French.",
+    "What is 12 times 12?",
+]
+
+
+@pytest.fixture(scope="module")
+def pair(engine: TransformersEngine) -> tuple[TransformersEngine, TransformersEngine]:
+    """(reference, packed) engines over the same weights."""
+    ref = TransformersEngine.from_model(engine.model, engine.tokenizer, packed=False)
+    fast = TransformersEngine.from_model(engine.model, engine.tokenizer, packed=True)
+    return ref, fast
+
+
+def _prompts(engine: TransformersEngine) -> list[list[int]]:
+    return [engine.encode_prompt([Message(role="system", content=SYSTEM), Message(role="user", content=q)]) for q in QUESTIONS]
+
+
+@pytest.mark.model
+def test_the_default_model_decodes_packed(engine: TransformersEngine) -> None:
+    assert engine.packed is not None
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("batched", [False, True])
+def test_greedy_completions_equal_the_transformers_path(pair, batched: bool) -> None:  # type: ignore[no-untyped-def]
+    ref, fast = pair
+    prompts = _prompts(ref)
+    if batched:  # one batch: the shared system prompt becomes one head for all rows
+        expected, got = ref.generate_batch(prompts, 40, temperature=0.0), fast.generate_batch(prompts, 40, temperature=0.0)
+    else:
+        expected = [ref.generate_tokens(p, 40) for p in prompts]
+        got = [fast.generate_tokens(p, 40) for p in prompts]
+    for (ids_ref, lp_ref), (ids, lp) in zip(expected, got, strict=True):
+        assert ids == ids_ref
+        assert max(abs(a - b) for a, b in zip(lp, lp_ref, strict=True)) < 1e-4
+
+
+@pytest.mark.model
+def test_seeded_sampling_is_reproducible_and_equal_across_paths(pair) -> None:  # type: ignore[no-untyped-def]
+    ref, fast = pair
+    prompts = _prompts(ref)[:4]
+    a = fast.generate_batch(prompts, 32, temperature=0.8, seed=7)
+    b = fast.generate_batch(prompts, 32, temperature=0.8, seed=7)
+    c = ref.generate_batch(prompts, 32, temperature=0.8, seed=7)
+    assert [x[0] for x in a] == [x[0] for x in b] == [x[0] for x in c]
+    assert [x[0] for x in a] != [x[0] for x in fast.generate_batch(prompts, 32, temperature=0.8, seed=8)]
+
+
+@pytest.mark.model
+def test_rows_joining_with_different_heads_decode_as_alone(pair) -> None:  # type: ignore[no-untyped-def]
+    """Rows admitted at different times (their own heads, one head shared by two, none) decode
+    in one batch exactly as each would alone."""
+    ref, fast = pair
+    prompts = _prompts(ref)
+    alone = [ref.generate_tokens(p, 24)[0] for p in prompts[:4]]
+    cache = fast.new_prefix_cache(32768)
+    batch = fast.new_batch(prefix_cache=cache)
+    rows = [DecodeRow(list(p), 24, 0.0) for p in prompts[:4]]
+    batch.add(rows[:1])  # no head: its whole prompt is its own
+    batch.step()
+    batch.add(rows[1:3])  # two rows: their shared system prompt becomes a head
+    batch.step()
+    batch.add(rows[3:])  # alone, after the others: the cache gives it the shared head
+    while len(batch):
+        batch.step()
+    assert [r.completion_ids for r in rows] == alone
+    assert cache.hits >= 1
+
+
+@pytest.mark.model
+def test_the_next_turn_reuses_the_last_and_samples_the_same(pair) -> None:  # type: ignore[no-untyped-def]
+    """A second turn whose prompt extends the first turn's prompt and completion computes only
+    the new tokens (from the finished row's snapshot) and samples what a fresh engine samples."""
+    ref, fast = pair
+    prompt = _prompts(ref)[1]
+
+    async def two_turns(sampler: BatchSampler) -> tuple[list[int], list[int]]:
+        first = await sampler.generate(prompt, 24, temperature=0.0)
+        follow = ref.tokenizer("<|im_end|>\n<|im_start|>user\nShorter, please.<|im_end|>\n<|im_start|>assistant\n")["input_ids"]
+        second_prompt = prompt + first.completion_ids + follow
+        second = await sampler.generate(second_prompt, 24, temperature=0.0)
+        return second_prompt, second.completion_ids
+
+    sampler = BatchSampler(fast, prefix_cache_tokens=32768)
+    try:
+        second_prompt, second = asyncio.run(two_turns(sampler))
+        prefilled = sampler._batch.prefilled_tokens if sampler._batch is not None else None
+    finally:
+        sampler.close()
+    assert second == ref.generate_tokens(second_prompt, 24)[0]
+    assert prefilled is not None and prefilled < len(prompt) + 40  # not twice the prompt
+    assert sampler.prefix_cache.hits >= 1
+
+
+def test_head_cache_lookup_reuses_heads_and_snapshots() -> None:
+    L, KV, D = 2, 1, 4
+    cache = HeadCache(10_000)
+
+    def kv(n: int, value: float) -> torch.Tensor:
+        return torch.full((L, KV, n, D), value)
+
+    from agentrl_envs.chat.fast_decode import Head
+
+    system = tuple(range(40))
+    head = Head(system, kv(40, 1.0), kv(40, 1.0))
+    cache.add_head(head)
+    # a prompt that starts with the head reuses exactly it
+    got, own_k, _, n = cache.lookup(system + (100, 101))
+    assert got is head and own_k is None and n == 40
+    # a finished row's snapshot: the next turn gets the head and the row's own KV
+    row = system + tuple(range(200, 230))
+    cache.add_snapshot(row, head, kv(30, 2.0), kv(30, 2.0))
+    got, own_k, own_v, n = cache.lookup(row + (7, 8))
+    assert got is head and n == 70 and own_k is not None and own_k.shape == (L, KV, 30, D) and float(own_k[0, 0, 0, 0]) == 2.0
+    # a prompt sharing only part of the head gets one cut object, the same one every time
+    short = system[:30] + (999,)
+    first, _, _, n1 = cache.lookup(short)
+    second, _, _, n2 = cache.lookup(short)
+    assert n1 == n2 == 30 and first is second and first.keys.shape[2] == 30
+    # under MIN_HEAD shared tokens: nothing
+    assert cache.lookup((5000, 5001, 5002))[3] == 0
+    # a later snapshot of the same row covers the earlier one; heads stay
+    cache.add_snapshot(row + (300,), head, kv(31, 3.0), kv(31, 3.0))
+    assert row not in cache._entries and system in cache._entries
+
+
+def test_head_cache_evicts_least_recently_used_within_its_budget() -> None:
+    from agentrl_envs.chat.fast_decode import Head
+
+    cache = HeadCache(100)
+    a = Head(tuple(range(60)), torch.zeros(1, 1, 60, 2), torch.zeros(1, 1, 60, 2))
+    b = Head(tuple(range(1000, 1060)), torch.zeros(1, 1, 60, 2), torch.zeros(1, 1, 60, 2))
+    cache.add_head(a)
+    cache.add_head(b)
+    assert len(cache) == 1 and cache.lookup(b.tokens)[0] is b and cache.lookup(a.tokens)[3] == 0
+
+
+@pytest.mark.parametrize("a,b,n", [((), (1,), 0), ((1, 2, 3), (1, 2, 3), 3), ((1, 2, 3), (1, 2, 4), 2), ((1, 2), (1, 2, 3), 2)])
+def test_common_prefix(a: tuple[int, ...], b: tuple[int, ...], n: int) -> None:
+    assert common_prefix(a, b) == n
+    long = tuple(range(5000))
+    assert common_prefix(long, long[:3333] + (-1,)) == 3333
+
+
+def test_inverse_cdf_never_draws_a_zero_probability_id_and_matches_the_distribution() -> None:
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        V = int(torch.randint(1, 1500, (1,), generator=g))
+        p = torch.rand(3, V, generator=g) ** 8
+        p[p < 0.1] = 0
+        p[:, -1] += 1e-3
+        drawn = inverse_cdf(p, torch.rand(3, generator=g), block=64)
+        assert (p[torch.arange(3), drawn] > 0).all()
+    p = torch.tensor([[0.1, 0.0, 0.6, 0.3]])
+    counts = torch.zeros(4)
+    for _ in range(20_000):
+        counts[inverse_cdf(p, torch.rand(1, generator=g), block=2)] += 1
+    assert torch.allclose(counts / 20_000, p[0], atol=0.015) and counts[1] == 0
+
+
+def test_packed_weights_follow_lora_adapters_and_weight_loads() -> None:
+    """A peft model (LoRA not merged) decodes as transformers computes it, and after new weights
+    are loaded (what the RL trainer does each step) the packed copy follows them."""
+    peft = pytest.importorskip("peft")
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    )
+    base = transformers.LlamaForCausalLM(config).eval()
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
+    model = peft.get_peft_model(base, lora).eval()
+
+    class Tok:  # the engine only needs these from a tokenizer for generate_batch
+        eos_token_id = 96
+        pad_token_id = 0
+
+        def get_vocab(self) -> dict[str, int]:
+            return {}
+
+        def __len__(self) -> int:
+            return 97
+
+    ref = TransformersEngine.from_model(model, Tok(), packed=False)
+    fast = TransformersEngine.from_model(model, Tok(), packed=True)
+    prompts = [
+        [1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 3],
+        [1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 70, 71],
+    ]
+
+    def same() -> None:
+        a, b = ref.generate_batch(prompts, 12, temperature=0.0), fast.generate_batch(prompts, 12, temperature=0.0)
+        assert [x[0] for x in a] == [x[0] for x in b]
+        assert max(abs(u - v) for x, y in zip(a, b, strict=True) for u, v in zip(x[1], y[1], strict=True)) < 1e-4
+
+    same()
+    before = fast.generate_batch(prompts, 12, temperature=0.0)
+    new = {n: t + 0.5 * torch.randn_like(t) for n, t in model.state_dict().items() if "lora_B" in n}
+    fast.load_state_dict(new, strict=False)  # the same model object: the reference sees it too
+    same()
+    assert [x[0] for x in fast.generate_batch(prompts, 12, temperature=0.0)] != [x[0] for x in before]
