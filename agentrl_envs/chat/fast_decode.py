@@ -299,7 +299,8 @@ class FastDecodeBatch:
             reused_own = own_k.shape[2]
             keys[:, :, :reused_own] = own_k
             values[:, :, :reused_own] = own_v
-        self._run(tokens[start + reused_own :], start + reused_own, head, keys, values, reused_own, logits=False)
+        if start + reused_own < P:  # a snapshot may already hold all of it
+            self._run(tokens[start + reused_own :], start + reused_own, head, keys, values, reused_own, logits=False)
         if head is not None:
             keys = torch.cat([head.keys, keys], dim=2)
             values = torch.cat([head.values, values], dim=2)

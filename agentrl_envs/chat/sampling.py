@@ -228,6 +228,13 @@ class BatchSampler:
                 return True
 
     def _serve(self) -> None:
+        # This thread's own OpenMP team does the decoding. (A process should have one thread whose
+        # torch ops use several cores: libgomp wakes the workers of a second such team through the
+        # kernel, ~60 us per parallel op instead of ~20, once its threads outnumber the cores;
+        # the model server keeps its main thread at one, see models/server.py.)
+        import torch
+
+        torch.set_num_threads(self.engine.num_threads)
         while True:
             idle = self.running == 0
             if idle and self._hold.is_set():

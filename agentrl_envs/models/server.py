@@ -256,12 +256,17 @@ def serve_model(
     together; the budget caps and guards). The socket opens only after the model is loaded, so
     ``/health`` answering means ready.
     """
+    import torch
     import uvicorn
 
     from ..chat.engine import TransformersEngine
     from .service import ChatService
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Only the sampler's thread runs multi-threaded torch ops (see chat/sampling.py): measured on
+    # 2 cores, a parallel op took 72-98 us on a second thread once the main thread had its own
+    # OpenMP workers, 22 us when it had none. So the main thread loads the model on one core.
+    torch.set_num_threads(1)
     engine = TransformersEngine(model, num_threads=num_threads)
     log.info("model %s loaded in %.1f s; serving on http://%s:%d/v1", engine.name, engine.load_seconds, host, port)
     service = ChatService(engine, **service_options)

@@ -226,3 +226,24 @@ def test_packed_weights_follow_lora_adapters_and_weight_loads() -> None:
     fast.load_state_dict(new, strict=False)  # the same model object: the reference sees it too
     same()
     assert [x[0] for x in fast.generate_batch(prompts, 12, temperature=0.0)] != [x[0] for x in before]
+
+
+@pytest.mark.model
+def test_a_shared_head_the_cache_already_holds_in_full_is_not_recomputed(pair) -> None:  # type: ignore[no-untyped-def]
+    """Two rows arriving together whose shared head a finished row's snapshot covers exactly (its
+    head plus its own tokens): nothing is left to compute for the head, and both rows sample as
+    alone. (Found by the model server benchmark: the empty remainder used to fail the batch.)"""
+    ref, fast = pair
+    prompts = _prompts(ref)[:2]
+    cache = fast.new_prefix_cache(32768)
+    batch = fast.new_batch(prefix_cache=cache)
+    first = [DecodeRow(list(p), 8, 0.0) for p in prompts]  # a head (the system prompt) + own questions
+    batch.add(first)
+    while len(batch):
+        batch.step()
+    again = [DecodeRow(list(prompts[1]), 8, 0.0), DecodeRow(list(prompts[1]), 8, 0.0)]
+    batch.add(again)
+    while len(batch):
+        batch.step()
+    expected = ref.generate_tokens(prompts[1], 8)[0]
+    assert [r.completion_ids for r in again] == [expected, expected] and first[1].completion_ids == expected
