@@ -13,15 +13,25 @@ the engine in the worker process itself, on one thread.
 Requests to one process are answered in order over a pipe; the worker's event loop waits for
 them in a thread. A process that dies takes its sessions with it (each gets an
 :class:`EngineError`, which the SDK reports as ``task error``); the next session starts a new one.
+
+An engine process is a fresh interpreter (``python -m agentrl_env_alfworld._engine_process FD``), connected by a socket pair, not a ``multiprocessing`` child:
+'spawn' re-imports the parent's ``__main__`` in the child, so a script without an ``if __name__
+== "__main__":`` guard ran its top level again there, and a program read from stdin or ``python
+-c`` (no main file at all) killed every engine at start; 'fork' would copy a threaded worker. This
+way the gym env works from any plain script, notebook, stdin or ``-c``. The child exits when the
+socket closes (its parent closed the pool, or died).
 """
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
+import socket
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 from .engine import GameSlot, Observation
@@ -112,14 +122,28 @@ def _serve(conn: Any) -> None:
         conn.send(reply)
 
 
-class _Process:
-    """One engine process and the pipe to it; ``call`` sends one request and waits for its answer."""
+def _child_env() -> dict[str, str]:
+    """The environment of an engine process: this one's, with this interpreter's import path (a
+    package made importable by ``sys.path`` edits in the parent is importable in the child too)."""
+    env = dict(os.environ)
+    paths = [p for p in sys.path if p] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
 
-    def __init__(self, ctx: Any) -> None:
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child,), daemon=True, name="alfworld-engine")
-        self.process.start()
-        child.close()
+
+class _Process:
+    """One engine process and the socket to it; ``call`` sends one request and waits for its answer."""
+
+    def __init__(self) -> None:
+        mine, theirs = socket.socketpair()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "agentrl_env_alfworld._engine_process", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            env=_child_env(),
+            stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        self.conn = Connection(mine.detach())
         self.lock = threading.Lock()
         self.sessions = 0
         self.dead = False
@@ -142,11 +166,11 @@ class _Process:
         with self.lock:
             self.dead = True
             self.conn.close()
-        self.process.join(timeout=10)
-        if self.process.is_alive():
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
             self.process.kill()
-            self.process.join()
-        self.process.close()
+            self.process.wait()
 
 
 class _InProcess:
@@ -182,7 +206,6 @@ class EnginePool:
 
     def __init__(self, processes: int | None = None) -> None:
         self.size = available_cores() if processes is None else processes
-        self._ctx = multiprocessing.get_context("spawn")
         self._processes: list[Any] = []
         self._guard = threading.Lock()
         self._in_process: _InProcess | None = None
@@ -203,7 +226,7 @@ class EnginePool:
                     p.close()
                 idle = [p for p in self._processes if p.sessions == 0]
                 if not idle and len(self._processes) < self.size:
-                    self._processes.append(_Process(self._ctx))
+                    self._processes.append(_Process())
                 chosen = min(self._processes, key=lambda p: p.sessions)
             chosen.sessions += 1
             return chosen
