@@ -166,7 +166,14 @@ _OPENERS = (
 )
 
 
-def _instruction(noun: str, attributes: list[str], option_values: list[str], rng: random.Random) -> str:
+def goal_noun(product: dict[str, Any]) -> str:
+    """What a goal calls ``product``: the longest of its type's nouns found in its title, lowercased."""
+    nouns = next(t for t in TYPES if t.query == product["query"]).nouns
+    return max((n for n in nouns if n in product["Title"]), key=len).lower()
+
+
+def instruction_text(noun: str, attributes: list[str], option_values: list[str], rng: random.Random) -> str:
+    """A human-goal-like request for ``noun`` with ``attributes`` and ``option_values`` (no price)."""
     shape = rng.randrange(3)
     if shape == 0:
         what = f"{' and '.join(attributes)} {noun}"
@@ -181,6 +188,11 @@ def _instruction(noun: str, attributes: list[str], option_values: list[str], rng
     return text
 
 
+def target_fields(product: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a goal dict that name its target ``product`` (WebShop's goal keys)."""
+    return {k: product[k] for k in ("asin", "category", "query", "name", "product_category")}
+
+
 def make_goal(seed: int, i: int, variant: int = 0) -> dict[str, Any]:
     """A goal whose target is product ``i`` (``variant`` draws another goal for the same product)."""
     product = make_product(seed, i)
@@ -188,15 +200,9 @@ def make_goal(seed: int, i: int, variant: int = 0) -> dict[str, Any]:
     attributes = rng.sample(product["Attributes"], k=rng.randint(1, min(3, len(product["Attributes"]))))
     goal_options = [rng.choice(values) for values in product["options"].values()]
     upper, price_text = price_bound(product["price"], rng)
-    nouns = next(t for t in TYPES if t.query == product["query"]).nouns
-    noun_text = max((n for n in nouns if n in product["Title"]), key=len).lower()
-    instruction = _instruction(noun_text, attributes, goal_options, rng)
+    instruction = instruction_text(goal_noun(product), attributes, goal_options, rng)
     return {
-        "asin": product["asin"],
-        "category": product["category"],
-        "query": product["query"],
-        "name": product["name"],
-        "product_category": product["product_category"],
+        **target_fields(product),
         "instruction_text": instruction.strip(".") + price_text,
         "attributes": attributes,
         "price_upper": upper,

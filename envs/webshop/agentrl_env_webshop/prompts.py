@@ -1,8 +1,11 @@
-"""AgentBench's WebShop prompt (its text reproduced as data) and its message formats."""
+"""AgentBench's WebShop prompt (its text reproduced as data) and its message formats, and the
+short system prompt and worked example of the ``easy`` splits (samples with ``"prompt": "easy"``)."""
 
 from __future__ import annotations
 
 import ast
+import json
+from importlib import resources
 from typing import Any
 
 OPENING_HEAD = "The initial observation:\n"
@@ -25,11 +28,32 @@ You should always use a tool, even if you have questions to confirm. You can use
 """
 
 
-def opening_messages(observation: str, available_actions: str) -> list[dict[str, Any]]:
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"{OPENING_HEAD}{observation}{_ACTIONS_HEAD}{available_actions}"},
-    ]
+#: System prompt of samples with ``"prompt": "easy"`` (the easy splits): short, so that a small
+#: model's prompt stays small; same tools, pages and reward. Followed by :data:`EASY_EXAMPLES`.
+EASY_SYSTEM_PROMPT = """You are web shopping. Do the steps of the instruction in order, one tool call per turn: \
+search "x" is search_action with keywords "x", click "y" is click_action with value "y"."""
+
+#: File of the worked example (``python -m agentrl_env_webshop.make_easy --example`` writes it).
+EASY_EXAMPLE_FILE = "easy_example.json"
+
+
+def _load_easy_examples() -> list[dict[str, Any]]:
+    return json.loads(resources.files(__package__).joinpath(EASY_EXAMPLE_FILE).read_text(encoding="utf-8"))
+
+
+#: The worked example that opens every ``easy`` episode as chat turns after the system prompt
+#: (AgentBench's one-shot style): a spelled-out purchase of a product no split targets, played
+#: through the real task (its opening page, the tool calls and the pages they returned).
+EASY_EXAMPLES: list[dict[str, Any]] = _load_easy_examples()
+
+
+def opening_messages(observation: str, available_actions: str, prompt: str | None = None) -> list[dict[str, Any]]:
+    """The messages an episode starts with: the system prompt (for ``prompt="easy"`` the short one
+    and the worked example), then the opening page."""
+    opening = {"role": "user", "content": f"{OPENING_HEAD}{observation}{_ACTIONS_HEAD}{available_actions}"}
+    if prompt == "easy":
+        return [{"role": "system", "content": EASY_SYSTEM_PROMPT}, *EASY_EXAMPLES, opening]
+    return [{"role": "system", "content": SYSTEM_PROMPT}, opening]
 
 
 def tool_output(action: str, observation: str, available_actions: str) -> str:

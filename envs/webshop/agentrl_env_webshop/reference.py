@@ -1,5 +1,6 @@
-"""The reference shopper: search the target's title, page through the results to the target,
-open it, choose the goal's options, buy. It reads every observation (a real policy)."""
+"""The reference shopper: search the target's title (an easy goal's spelled-out ``keywords``),
+page through the results to the target, open it, choose the goal's options, buy. It reads every
+observation (a real policy)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ from agentrl_envs.policy import call_turn, last_tool_output
 
 from .prompts import split_available_actions
 from .reward import normalize_color
-from .shop import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, SUB_PAGES
+from .search import SEARCH_RETURN_N
+from .shop import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, PRODUCT_WINDOW, SUB_PAGES
 
 _BUTTONS = {b.lower() for b in (BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, *SUB_PAGES)}
-#: WebShop shows at most 50 results, 10 a page.
-MAX_PAGES = 5
 
 
 def available_actions(text: str) -> dict[str, Any] | None:
@@ -28,14 +28,19 @@ class WebShopReference:
     def __init__(self, goal: dict[str, Any]) -> None:
         self.goal = goal
         self.asin = goal["asin"].lower()
+        #: WebShop shows at most 50 results, 10 a page (an easy goal's ``results_per_page``: fewer)
+        self.max_pages = -(-SEARCH_RETURN_N // (goal.get("results_per_page") or PRODUCT_WINDOW))
         self.pages_seen = 0
         self.searched = False
         self.pending_options: list[str] | None = None
 
     async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any] | None:
-        observation = last_tool_output(messages)
-        if observation is None:  # the opening page
-            observation = str(messages[-1].get("content", ""))
+        if messages and messages[-1].get("role") == "user":  # the opening page (after an easy episode's example)
+            observation: str | None = str(messages[-1].get("content", ""))
+        else:
+            observation = last_tool_output(messages)
+        if observation is None:
+            return None
         actions = available_actions(observation)
         if actions is None:
             return None
@@ -44,12 +49,12 @@ class WebShopReference:
             if self.searched:
                 return None  # back at the search page: the target was not found
             self.searched = True
-            return call_turn("search_action", {"keywords": self.goal["name"]})
+            return call_turn("search_action", {"keywords": self.goal.get("keywords") or self.goal["name"]})
         if self.asin in clickables:
             return call_turn("click_action", {"value": self.asin})
         if BUY_NOW.lower() in clickables:
             return self._on_item_page([c for c in clickables if c not in _BUTTONS])
-        if NEXT_PAGE.lower() in clickables and self.pages_seen < MAX_PAGES - 1:
+        if NEXT_PAGE.lower() in clickables and self.pages_seen < self.max_pages - 1:
             self.pages_seen += 1
             return call_turn("click_action", {"value": NEXT_PAGE.lower()})
         return None

@@ -10,6 +10,10 @@ test    200    0..199, one goal each (AgentBench's webshop-std has 200)
 dev     50     200..249, one goal each
 train   2100   300..999, three goals each
 ======  =====  ==========================================
+
+The ``easy``, ``easy-test`` and ``easy-val`` splits (:mod:`.make_easy`) are goals whose
+instruction spells out the purchase; their samples also carry ``keywords`` (the search the
+steps name), ``prompt: "easy"``, ``max_turns`` and ``results_per_page``.
 """
 
 from __future__ import annotations
@@ -29,12 +33,17 @@ SPLITS: dict[str, tuple[range, int]] = {
     "train": (range(300, 1000), 3),
     "test": (range(0, 200), 1),
 }
+EASY_SPLITS = ("easy", "easy-test", "easy-val")
 REQUIRED = ("asin", "query", "name", "product_category", "instruction_text", "attributes", "goal_options", "price_upper")
 
 
 def load_split(split: str) -> list[dict[str, Any]]:
+    if split in EASY_SPLITS:
+        from .make_easy import make_splits  # not at import: ``python -m`` runs that module
+
+        return make_splits(CATALOG_SEED)[split]
     if split not in SPLITS:
-        raise DataError(f"webshop has no split {split!r}; its splits are {list(SPLITS)}")
+        raise DataError(f"webshop has no split {split!r}; its splits are {[*SPLITS, *EASY_SPLITS]}")
     products, variants = SPLITS[split]
     return [make_goal(CATALOG_SEED, i, variant) for i in products for variant in range(variants)]
 
@@ -59,4 +68,9 @@ def validate_goal(goal: Any, where: str) -> dict[str, Any]:
         raise DataError(f"{where}: the goal lacks {', '.join(missing)}")
     if not goal["attributes"]:
         raise DataError(f"{where}: the goal has no attributes (WebShop skips such goals)")
+    if goal.get("prompt") not in (None, "agentbench", "easy"):
+        raise DataError(f'{where}: prompt must be "agentbench" or "easy", got {goal["prompt"]!r}')
+    per_page = goal.get("results_per_page")
+    if per_page is not None and (type(per_page) is not int or per_page < 1):
+        raise DataError(f"{where}: results_per_page must be a positive integer, got {per_page!r}")
     return goal

@@ -59,6 +59,8 @@ class ShopSession:
     catalog: Catalog
     index: SearchIndex
     instruction: str
+    #: results shown per page (WebShop: 10; the easy splits show fewer, to keep prompts short)
+    page_size: int = PRODUCT_WINDOW
     page_name: str = "search"
     keywords: list[str] = field(default_factory=list)
     page_no: int = 1
@@ -147,7 +149,7 @@ def _results_page(s: ShopSession) -> Page:
         buttons.append(PREV_PAGE)
     texts.append(NEXT_PAGE)
     buttons.append(NEXT_PAGE)
-    shown = s.results[(s.page_no - 1) * PRODUCT_WINDOW : s.page_no * PRODUCT_WINDOW]
+    shown = s.results[(s.page_no - 1) * s.page_size : s.page_no * s.page_size]
     links = []
     for i in shown:
         product = s.catalog.product(i)

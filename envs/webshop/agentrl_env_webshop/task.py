@@ -32,7 +32,7 @@ from .reference import WebShopReference
 from .reward import reward
 from .samples import CATALOG_SEED, load_data, load_split, validate_goal
 from .search import SearchIndex
-from .shop import InvalidAction, Page, ShopSession
+from .shop import PRODUCT_WINDOW, InvalidAction, Page, ShopSession
 
 
 class WebShopConfig(BaseModel):
@@ -82,7 +82,9 @@ class Shops:
 class WebShopTask(Task):
     name = "webshop"
     max_turns = 20
-    splits = ("dev", "train", "test")
+    #: ``easy`` (200 goals), ``easy-test`` (100, held out, for reporting) and ``easy-val`` (100,
+    #: held out, for choosing settings): spelled-out purchases for small models (:mod:`.make_easy`).
+    splits = ("dev", "train", "test", "easy", "easy-test", "easy-val")
     concurrency = 64
     Config = WebShopConfig
 
@@ -129,9 +131,11 @@ class WebShopTask(Task):
         catalog, index = await self.resources.for_sample(self.sample)
         if catalog.index_of(self.sample["asin"]) is None:
             raise RuntimeError(f"the goal's product {self.sample['asin']} is not in the catalog ({len(catalog)} products)")
-        self.shop = ShopSession(catalog, index, self.sample["instruction_text"])
+        self.shop = ShopSession(
+            catalog, index, self.sample["instruction_text"], page_size=self.sample.get("results_per_page") or PRODUCT_WINDOW
+        )
         page = self.shop.page()
-        return opening_messages(page.text, page.available_actions())
+        return opening_messages(page.text, page.available_actions(), self.sample.get("prompt"))
 
     @tool
     async def search_action(self, keywords: str) -> str:
