@@ -7,6 +7,8 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from .rollout import TEXT_ANSWER_TASKS
+
 __all__ = ["GENERIC_FIELDS", "HONOURED_FIELDS", "REJECTED_FIELDS", "AgentRLConfig"]
 
 # Every field AgentRLConfig inherits from TRL's GRPOConfig (transformers' TrainingArguments
@@ -189,7 +191,8 @@ class AgentRLConfig(GRPOConfig):
 
     - **rollout_mode**: `"async"` (rollout and training overlap) or `"sync"` (the baseline).
     - **min_groups_per_step**, **max_groups_per_step**, **queue_capacity_groups**: the dynamic batch.
-    - **max_turns**, **max_context_length**, **assistant_prefix**, **constrain_tool_calls**, **incomplete_reward**.
+    - **max_turns**, **max_context_length**, **assistant_prefix**, **constrain_tool_calls**,
+      **text_answer_tasks**, **incomplete_reward**.
 
     > Engines and cross-policy sampling
 
@@ -262,6 +265,13 @@ class AgentRLConfig(GRPOConfig):
         metadata={
             "help": "Sample every turn under a tool-call grammar (xgrammar): exactly one well-formed call to one of "
             "the episode's tools. Tokens keep mask 1 and their unconstrained logprobs. Transformers engine only."
+        },
+    )
+    text_answer_tasks: list[str] = field(
+        default_factory=lambda: list(TEXT_ANSWER_TASKS),
+        metadata={
+            "help": "Tasks whose episodes end with a text answer (KG's 'Final Answer: #k'): under constrain_tool_calls "
+            "their turns are sampled under the auto tool-call grammar, text allowed, any call well-formed."
         },
     )
     incomplete_reward: float | None = field(

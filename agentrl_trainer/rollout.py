@@ -28,6 +28,7 @@ from agentrl_envs.schema import Message, SampleIndex, SampleStatus, ToolDefiniti
 from .trajectory import TokenTrajectory
 
 __all__ = [
+    "TEXT_ANSWER_TASKS",
     "EngineChoice",
     "Episode",
     "EpisodeSpec",
@@ -65,9 +66,18 @@ class RolloutEngine(Protocol):
     version: int  # the optimizer step whose weights it holds
 
     async def generate(
-        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Any = None
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+        tools: Any = None,
+        *,
+        call_required: bool = True,
     ) -> tuple[list[int], list[float]]:
-        """Sample a turn; with ``tools``, constrained to one well-formed call to one of them."""
+        """Sample a turn; with ``tools``, under their tool-call grammar: exactly one well-formed
+        call (``call_required``), or text in which any call opened is well-formed (``auto``).
+        ``call_required`` is only passed along with ``tools``."""
         ...
 
 
@@ -86,6 +96,11 @@ class EpisodeSpec:
     episode_id: int
 
 
+#: Tasks whose episodes end with a text answer rather than a tool call (AgentBench's KG ends with
+#: ``Final Answer: #k``): under the grammar their turns are sampled in ``auto`` mode.
+TEXT_ANSWER_TASKS: tuple[str, ...] = ("kg",)
+
+
 @dataclass(frozen=True)
 class RolloutSettings:
     max_tokens: int = 256  # per assistant turn
@@ -95,6 +110,9 @@ class RolloutSettings:
     top_p: float = 1.0
     assistant_prefix: str = ""
     constrain_tool_calls: bool = False  # sample every turn under the tool-call grammar
+    # under the grammar, these tasks' turns may be text (any call still well-formed): their
+    # episodes end with a text answer, which the "required" grammar could never produce
+    text_answer_tasks: tuple[str, ...] = TEXT_ANSWER_TASKS
     start_timeout: float = 120.0  # how long to wait for a free worker slot
     infra_retries: int = 2  # replays of an episode lost to the infrastructure before it is dropped
 
@@ -127,16 +145,23 @@ class TokenPolicy:
 
     ``pick_engine(turn)`` returns the engine for that turn. A prompt with no room left for one
     token raises :class:`ContextLimitError` (``agent context limit``, scored); an engine's own
-    failure propagates.
+    failure propagates. Under the grammar (``settings.constrain_tool_calls``) every turn is one
+    call, except for a ``task`` in ``settings.text_answer_tasks``: its turns may be text.
     """
 
     def __init__(
-        self, pick_engine: Callable[[int], EngineChoice], tokenizer: Any, stop_token_ids: list[int], settings: RolloutSettings
+        self,
+        pick_engine: Callable[[int], EngineChoice],
+        tokenizer: Any,
+        stop_token_ids: list[int],
+        settings: RolloutSettings,
+        task: str | None = None,
     ) -> None:
         self.pick_engine = pick_engine
         self.tokenizer = tokenizer
         self.stop_token_ids = stop_token_ids
         self.settings = settings
+        self.call_required = task not in settings.text_answer_tasks
         self.trajectory: TokenTrajectory | None = None
         self._tools: list[ToolDefinition] = []
 
@@ -152,9 +177,12 @@ class TokenPolicy:
         if room < 1:
             raise ContextLimitError(f"the prompt has {len(prompt)} tokens, the context {s.max_context}")
         choice = self.pick_engine(len(traj.turns))
-        ids, logprobs = await choice.engine.generate(
-            prompt, min(s.max_tokens, room), s.temperature, s.top_p, tools=self._tools if s.constrain_tool_calls else None
-        )
+        if s.constrain_tool_calls:
+            ids, logprobs = await choice.engine.generate(
+                prompt, min(s.max_tokens, room), s.temperature, s.top_p, tools=self._tools, call_required=self.call_required
+            )
+        else:
+            ids, logprobs = await choice.engine.generate(prompt, min(s.max_tokens, room), s.temperature, s.top_p)
         assistant = parse_completion(traj.completion_text(ids), [t.function.name for t in self._tools]).to_message()
         traj.add_completion(
             ids,
@@ -178,7 +206,7 @@ async def run_episode(
     """Play one episode with a :class:`TokenPolicy`; never raises for environment or
     infrastructure failures (controller, worker and network errors end the episode as an
     infrastructure failure); anything else (a bug, an engine that failed) propagates."""
-    policy = TokenPolicy(pick_engine, tokenizer, stop_token_ids, settings)
+    policy = TokenPolicy(pick_engine, tokenizer, stop_token_ids, settings, task=spec.task)
     t = await agent.run_episode(
         client, spec.task, spec.index, policy, stops=[agent.MaxTurns(settings.max_turns)], start_timeout=settings.start_timeout
     )

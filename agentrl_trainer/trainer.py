@@ -201,6 +201,7 @@ class AgentRLTrainer(GRPOTrainer):
             top_p=args.top_p,
             assistant_prefix=args.assistant_prefix,
             constrain_tool_calls=args.constrain_tool_calls,
+            text_answer_tasks=tuple(args.text_answer_tasks),
         )
 
     def start_rollouts(self) -> RolloutPipeline:

@@ -5,8 +5,10 @@
 Starts the embedded stack (controller + one worker per task) on the split, loads the built-in
 SmolLM2-135M-Instruct (or ``--model``) into the trainer's :class:`LocalEngine` and plays the first
 ``--n`` samples of each task once with :func:`agentrl_trainer.evaluate.evaluate` — the held-out
-evaluation of ``make train-demo``. Prints per-task success and writes
-``benchmarks/results/base_rate.json``. The os task needs its sandbox (``.ci/os-sandbox.sh``).
+evaluation of ``make train-demo``; the tasks in ``RolloutSettings.text_answer_tasks`` (kg, as the
+trainer's default) are sampled under the grammar's auto mode, so their text answers can end an
+episode. Prints per-task success and writes ``benchmarks/results/base_rate.json``. The os task
+needs its sandbox (``.ci/os-sandbox.sh``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
         "model": a.model or "SmolLM2-135M-Instruct",
         "temperature": a.temperature,
         "constrain_tool_calls": not a.no_constrain,
+        "text_answer_tasks": list(settings.text_answer_tasks),
         "max_turn_tokens": a.max_turn_tokens,
         "seconds": round(time.monotonic() - started, 1),
         **summary,

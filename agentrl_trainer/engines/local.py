@@ -21,7 +21,8 @@ class LocalEngine:
     the model server batches its requests the same way). ``load_weights`` drains the running rows,
     then copies tensors into the model by parameter name, so no turn mixes two weight versions. A
     request with ``tools`` is sampled under the tool-call grammar (:mod:`agentrl_envs.chat.grammar`):
-    exactly one well-formed call to one of them.
+    exactly one well-formed call to one of them, or with ``call_required=False`` any text in which
+    a call, once opened, is well-formed.
     """
 
     def __init__(
@@ -57,9 +58,16 @@ class LocalEngine:
         return sorted(self.engine.stop_token_ids)
 
     async def generate(
-        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Sequence[Any] | None = None
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+        tools: Sequence[Any] | None = None,
+        *,
+        call_required: bool = True,
     ) -> tuple[list[int], list[float]]:
-        done = await self.sampler.generate(prompt_ids, max_tokens, temperature, top_p, tools=tools)
+        done = await self.sampler.generate(prompt_ids, max_tokens, temperature, top_p, tools=tools, call_required=call_required)
         return done.completion_ids, done.logprobs
 
     def load_weights(self, named: Mapping[str, torch.Tensor], version: int) -> None:

@@ -50,9 +50,16 @@ class SimulatedEngine:
         return self.median_s * self._rng.lognormvariate(0.0, self.sigma)
 
     async def generate(
-        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Any = None
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+        tools: Any = None,
+        *,
+        call_required: bool = True,
     ) -> tuple[list[int], list[float]]:
-        # tools (a tool-call constraint) is ignored: the reply comes from ``respond``
+        # tools and call_required (a tool-call constraint) are ignored: the reply comes from ``respond``
         with self._clock.busy():
             await asyncio.sleep(self.latency())
         text = self.respond(self.tokenizer.decode(prompt_ids))

@@ -393,9 +393,17 @@ class VLLMEngine:
         return self._clock.seconds
 
     async def generate(
-        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Any = None
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+        tools: Any = None,
+        *,
+        call_required: bool = True,
     ) -> tuple[list[int], list[float]]:
-        """Sample one turn: ``(completion ids, their logprobs)``; see the module docstring."""
+        """Sample one turn: ``(completion ids, their logprobs)``; see the module docstring.
+        ``call_required`` qualifies a grammar, which this engine refuses, so it is ignored."""
         if tools:
             raise VLLMEngineError(GRAMMAR_REFUSAL)
         if self._broken is not None:

@@ -48,7 +48,9 @@ def test_every_turn_is_one_valid_call_and_keeps_mask_and_logprobs() -> None:
         assert not ep.infra_failure and ep.trajectory is not None
         for seg in ep.trajectory.segments:
             assert len(seg.logprobs) == len(seg.input_ids)
-            assert all(lp < 0 for lp, m in zip(seg.logprobs, seg.loss_mask, strict=True) if m)  # engine logprobs kept
+            sampled = [lp for lp, m in zip(seg.logprobs, seg.loss_mask, strict=True) if m]
+            # engine logprobs kept: all <= 0 (a token the model is sure of rounds to 0.0 in fp32), not the mask-0 fill
+            assert sampled and all(lp <= 0 for lp in sampled) and sum(lp < 0 for lp in sampled) > len(sampled) // 2
         runs = _completions(ep.trajectory.segments[-1])
         assert len(runs) == ep.turns
         for ids in runs:
@@ -65,3 +67,43 @@ def test_every_turn_is_one_valid_call_and_keeps_mask_and_logprobs() -> None:
 def test_config_refuses_the_grammar_with_vllm() -> None:
     with pytest.raises(ValueError, match="constrain_tool_calls"):
         AgentRLConfig(output_dir="/tmp/x", tasks=["echo"], engine="vllm", constrain_tool_calls=True, report_to=[])
+
+
+def test_a_text_answer_task_may_answer_in_text_the_others_must_call() -> None:
+    """KG ends with a text answer ('Final Answer: #0'): its turns are sampled under the grammar's
+    auto mode (text allowed), every other task's under the required mode (one call). Same prompt,
+    greedy, the real model: text for the text-answer task, a call otherwise."""
+    import asyncio
+
+    from agentrl_trainer.rollout import EngineChoice, TokenPolicy
+
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "echo",
+                "description": "Echo text back.",
+                "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            },
+        }
+    ]
+    messages = [
+        {"role": "system", "content": "You answer questions. Reply with 'Final Answer: ' and the answer, without a tool."},
+        {"role": "user", "content": "What is 2 + 2? Reply: Final Answer: 4"},
+    ]
+    engine = LocalEngine(TransformersEngine(), max_batch=4)
+
+    async def act(task: str) -> dict:
+        settings = RolloutSettings(max_tokens=24, temperature=0.0, constrain_tool_calls=True, text_answer_tasks=("kg",))
+        policy = TokenPolicy(
+            lambda _turn: EngineChoice(engine, 0, False), engine.engine.tokenizer, engine.stop_token_ids, settings, task=task
+        )
+        return await policy.act(messages, tools)
+
+    try:
+        text_reply, call_reply = asyncio.run(act("kg")), asyncio.run(act("db"))
+    finally:
+        engine.close()
+    assert "tool_calls" not in text_reply and "4" in text_reply["content"]
+    assert [c["function"]["name"] for c in call_reply["tool_calls"]] == ["echo"]
+    assert AgentRLConfig(output_dir="/tmp/x", tasks=["kg"], report_to=[]).text_answer_tasks == ["kg"]
