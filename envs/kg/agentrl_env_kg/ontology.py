@@ -2,10 +2,16 @@
 
 AgentBench reads three files of its ``ontology/`` directory: ``fb_roles`` (one relation per line:
 ``DOMAIN_TYPE RELATION RANGE_TYPE``), ``vocab.json`` (``{"relations": [...], "attributes":
-[...]}``: what ``get_relations`` and ``get_attributes`` may show) and ``reverse_properties``
-(``RELATION<TAB>REVERSE``). :func:`load_ontology` reads that directory, so AgentBench's own files
-work for a real Freebase; :data:`GENERATED` is the ontology of the graph that
-:mod:`agentrl_env_kg.generate` builds, written in the same three files by its ``--out``.
+[...], "classes": [...]}``: what ``get_relations`` and ``get_attributes`` may show) and
+``reverse_properties`` (``RELATION<TAB>REVERSE``). :func:`load_ontology` reads that directory, so
+AgentBench's own files work for a real Freebase; :data:`GENERATED` is the ontology of the graph
+that :mod:`agentrl_env_kg.generate` builds, written in the same three files by its ``--out``.
+
+``fb_roles`` is read as AgentBench reads it (``utils/logic_form_util.py``: ``fields[1]`` is the
+relation, ``fields[2]`` its range): the first three words of a line count, further words are
+ignored. AgentBench's own file has such a line (line 5608 of 19,281: two roles glued together where
+a newline went missing, ``... bicycle_wheel.holes type.intbase.litcentral... financing_government_agency
+government.government_agency``); neither of its relations is in ``vocab.json``, so no tool shows them.
 """
 
 from __future__ import annotations
@@ -61,8 +67,9 @@ def load_ontology(directory: str | Path) -> Ontology:
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != 3:
+        if len(parts) < 3:
             raise DataError(f"{d / 'fb_roles'} line {n}: expected 'DOMAIN RELATION RANGE', got {line!r}")
+        # AgentBench's reading: the first three words; a later line for the same relation wins.
         range_of[parts[1]] = parts[2]
     reverse: dict[str, str] = {}
     rp = d / "reverse_properties"

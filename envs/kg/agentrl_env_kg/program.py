@@ -26,8 +26,9 @@ import re
 from dataclasses import dataclass
 
 NS = "http://rdf.freebase.com/ns/"
-_ID = re.compile(r"^[mg]\.[\w]+$")
-_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)+$")
+#: ``\Z``, not ``$``: ``$`` also matches before a final newline, which would end up inside an IRI.
+_ID = re.compile(r"^[mg]\.[\w]+\Z")
+_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)+\Z")
 
 
 class ProgramError(ValueError):
@@ -107,7 +108,7 @@ def _entity(mid: str) -> str:
 
 
 def is_entity_id(text: str) -> bool:
-    """A Freebase id (``m.0abc``, ``g.11b6``)."""
+    """A Freebase id (``m.0abc``, ``g.11b6``; see :mod:`.arguments` on ``g.`` and AgentBench)."""
     return bool(_ID.match(text))
 
 
@@ -116,6 +117,37 @@ def check_name(name: str) -> str:
     if not _NAME.match(name):
         raise ProgramError(f"not a relation name: {name!r}")
     return name
+
+
+def has_superlative(p: Program) -> bool:
+    """Whether an ``ARGMAX``/``ARGMIN`` sits anywhere in the program."""
+    if isinstance(p, Arg):
+        return True
+    if isinstance(p, Join | Count):
+        return has_superlative(p.child)
+    if isinstance(p, And):
+        return has_superlative(p.left) or has_superlative(p.right)
+    return False
+
+
+def agentbench_cannot_score(p: Program) -> str | None:
+    """Why AgentBench cannot score ``p`` as a final answer, or ``None`` when it can.
+
+    A count of a program with a superlative in it (``(COUNT (ARGMAX …))``, also with joins between):
+    AgentBench's translator (GrailQA's ``lisp_to_sparql``) then writes ``SELECT COUNT DISTINCT ?x
+    WHERE {…}`` followed by the superlative's ``ORDER BY … LIMIT 1 } }``: two closing braces too
+    many. Virtuoso rejects the query (``SP030: SPARQL compiler … Too many closing parentheses``),
+    SPARQLWrapper raises, and AgentBench ends the sample as ``agent validation failed`` without a
+    reward. The task does the same rather than score a count that AgentBench never could: a count of
+    an argmax is nearly always 1, the gold answer of 16 of the 31 count questions of AgentBench's
+    ``std.json`` (100 of 196 in ``kg_rl_all.json``), so scoring it would pay a shortcut.
+    """
+    if isinstance(p, Count) and has_superlative(p.child):
+        return (
+            "AgentBench cannot score a count of a variable made by argmax/argmin (its SPARQL for it is "
+            "malformed and the endpoint rejects it), so the episode ends as agent validation failed"
+        )
+    return None
 
 
 def entities_of(p: Program) -> list[str]:

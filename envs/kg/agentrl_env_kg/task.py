@@ -24,8 +24,9 @@ from agentrl_envs.errors import ToolCallError
 from agentrl_envs.schema import SampleStatus
 from agentrl_envs.task import Task, tool
 
+from .arguments import read_argument
 from .ontology import Ontology, load_ontology
-from .program import And, Arg, Count, Entity, Join, Program, is_entity_id, predicates_query, select_query
+from .program import And, Arg, Count, Entity, Join, Program, agentbench_cannot_score, predicates_query, select_query
 from .prompts import opening_messages
 from .samples import gold_answers, load_file, load_split
 from .stores import EmbeddedStore, RemoteStore, SparqlStore
@@ -170,33 +171,13 @@ class KGTask(Task):
     # ------------------------------------------------------------------ arguments
 
     def _program(self, tool_name: str, value: str, *, entity_ok: bool) -> Program:
-        """``#k`` → that variable's program; an entity name of the question or an id → the entity."""
-        value = value.strip()
-        if value.startswith("#"):
-            return self._variable(tool_name, value).program
-        if entity_ok:
-            entities = self.sample.get("entities", {})
-            if value in entities:
-                return Entity(entities[value])
-            if is_entity_id(value):
-                return Entity(value)
-            names = ", ".join(entities) or "none"
-            raise ToolCallError(
-                f"{tool_name}: variable must be a variable or an entity; {value!r} is neither "
-                f"(use #k for a variable, or an entity of the question: {names})",
-                tool=tool_name,
-            )
-        raise ToolCallError(f"{tool_name}: variable must be a variable (#k), got {value!r}", tool=tool_name)
+        """``#k`` → that variable's program; an entity name of the question or an id → the entity
+        (read as AgentBench reads arguments: see :mod:`.arguments`)."""
+        ref = read_argument(tool_name, value, self.sample.get("entities", {}), len(self.variables), entity_ok=entity_ok)
+        return ref if isinstance(ref, Entity) else self.variables[ref].program
 
     def _variable(self, tool_name: str, value: str) -> Variable:
-        value = value.strip()
-        if not re.fullmatch(r"#\d+", value):
-            raise ToolCallError(f"{tool_name}: variable must be a variable (#k), got {value!r}", tool=tool_name)
-        k = int(value[1:])
-        if k >= len(self.variables):
-            have = f"#0 to #{len(self.variables) - 1}" if self.variables else "none yet"
-            raise ToolCallError(f"{tool_name}: there is no variable {value} (variables so far: {have})", tool=tool_name)
-        return self.variables[k]
+        return self.variables[read_argument(tool_name, value, {}, len(self.variables), entity_ok=False)]
 
     def _set_variable(self, tool_name: str, value: str) -> Variable:
         v = self._variable(tool_name, value)
@@ -225,7 +206,7 @@ class KGTask(Task):
         Args:
             variable: The entity or variable whose relations are to be fetched. Should be an existing entity or a result of a previous query.
         """
-        if variable.strip().startswith("#"):
+        if variable.startswith("#"):
             self._set_variable("get_relations", variable)
         program = self._program("get_relations", variable, entity_ok=True)
         rels = await self._listed(program, self.ontology.relations)
@@ -239,10 +220,9 @@ class KGTask(Task):
             variable: The subject entity or variable to find neighbors for.
             relation: The relationship through which neighbors are connected to the subject.
         """
-        if variable.strip().startswith("#"):
+        if variable.startswith("#"):
             self._set_variable("get_neighbors", variable)
         program = self._program("get_neighbors", variable, entity_ok=True)
-        relation = relation.strip()
         if relation not in await self._listed(program, self.ontology.relations):
             raise ToolCallError(
                 f"get_neighbors: relation must be a relation of the variable; {relation!r} is not one of "
@@ -285,7 +265,6 @@ class KGTask(Task):
 
     async def _arg(self, tool_name: str, variable: str, attribute: str, maximum: bool) -> str:
         v = self._set_variable(tool_name, variable)
-        attribute = attribute.strip()
         if attribute not in await self._listed(v.program, self.ontology.attributes):
             raise ToolCallError(
                 f"{tool_name}: attribute must be an attribute of the variable; {attribute!r} is not one of the "
@@ -338,7 +317,11 @@ class KGTask(Task):
             self.finish(0.0, status=SampleStatus.AGENT_VALIDATION_FAILED, f1=0.0, answer=f"#{k}")
             have = f"#0 to #{len(self.variables) - 1}" if self.variables else "none"
             return f"Final Answer #{k} names no variable (variables: {have})."
-        predicted = set(await self.store.select(select_query(self.variables[k].program)))
+        program = self.variables[k].program
+        if (why := agentbench_cannot_score(program)) is not None:
+            self.finish(0.0, status=SampleStatus.AGENT_VALIDATION_FAILED, f1=0.0, answer=f"#{k}")
+            return f"Final Answer #{k}: {why}."
+        predicted = set(await self.store.select(select_query(program)))
         correct = predicted == self.gold
         self.finish(1.0 if correct else 0.0, f1=f1(predicted, self.gold), answer=f"#{k}", answer_size=len(predicted))
         return None
