@@ -66,10 +66,14 @@ bench: install
 # stops here instead of running the demo without the sandbox.
 # Reports on easy-test with the defaults chosen on easy-val (benchmarks/results/train_demo/).
 # DEMO_ARGS adds flags, e.g. DEMO_ARGS="--record benchmarks/results/train_demo/NAME" to keep the record.
+comma := ,
 DEMO_OUT ?= runs/train-demo
 DEMO_ARGS ?=
+# TASKS=db,os trains and evaluates on those tasks only (default: all five)
+TASKS ?=
 train-demo: install
-	line=$$(PYTHON=$(BIN)/python .ci/os-sandbox.sh) && eval "$$line" && $(BIN)/python -m agentrl_trainer.demo --out $(DEMO_OUT) $(DEMO_ARGS)
+	line=$$(PYTHON=$(BIN)/python .ci/os-sandbox.sh) && eval "$$line" && $(BIN)/python -m agentrl_trainer.demo --out $(DEMO_OUT) \
+		$(if $(TASKS),--tasks $(subst $(comma), ,$(TASKS))) $(DEMO_ARGS)
 
 check-db: install
 	$(BIN)/agentrl-envs check db --split dev

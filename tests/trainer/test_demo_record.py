@@ -33,11 +33,18 @@ def _records() -> list[dict[str, Any]]:
 
 def _fake_run(eval_split: str) -> dict[str, Any]:
     def ev(db: int, os_: int) -> dict[str, Any]:
-        per = {t: {"episodes": 4, "success_rate": s / 4} for t, s in (("db", db), ("os", os_))}
+        per = {
+            t: {"episodes": 4, "success_rate": s / 4, "mean_reward": s / 4, "stderr": 0.2} for t, s in (("db", db), ("os", os_))
+        }
         return {"mean_reward": (db + os_) / 8, "stderr": 0.1, "episodes": 8, "per_task": per}
 
     return {
-        "config": {**vars(parse_args(["--eval-split", eval_split])), "model": "m", "lora": True},
+        "config": {**vars(parse_args(["--eval-split", eval_split, "--tasks", "db", "os"])), "model": "m", "lora": True},
+        "per_task_change": {
+            "db": {"base": 0.25, "trained": 0.75, "improvement": 0.5, "combined_stderr": 0.283},
+            "os": {"base": 0.5, "trained": 1.0, "improvement": 0.5, "combined_stderr": 0.283},
+        },
+        "tasks_improved": 2,
         "base": ev(1, 2),
         "trained": ev(3, 4),
         "steps": [{"step": 1.0, "reward/mean": 0.5}],
@@ -64,7 +71,7 @@ def test_run_json_holds_the_full_trainer_config(tmp_path: Path) -> None:
     a = parse_args(["--seed", "7", "--learning-rate", "1e-4", "--eval-split", "easy-val"])
     saved = json.loads(trainer_config(a, tmp_path).to_json_string())
     assert saved["seed"] == 7 and saved["learning_rate"] == 1e-4
-    assert saved["split"] == "easy" and saved["tasks"] == ["db", "os"]  # trains on easy, never on a held-out split
+    assert saved["split"] == "easy" and saved["tasks"] == ["db", "os", "kg", "alfworld", "webshop"]  # easy, never held out
     assert saved["lag_steps"] == a.lag_steps and saved["num_generations"] == a.group_size
 
 
@@ -86,8 +93,11 @@ def test_record_copies_the_run_and_writes_a_readme(tmp_path: Path) -> None:
     assert "`easy-val`, validation (choosing settings; not a reported figure)" in readme
     assert "`python -m agentrl_trainer.demo --eval-split easy-val`" in readme
     assert "`" + "a" * 40 + "` (with uncommitted changes to: x.py)" in readme
-    assert "| base | 0.375 ± 0.100 | 1/4 | 2/4 |" in readme and "| trained | 0.875 ± 0.100 | 3/4 | 4/4 |" in readme
-    assert "2 × combined SE 0.283: improved" in readme
+    assert "| base | 0.375 ± 0.100 | 0.250 ± 0.200 (1/4) | 0.500 ± 0.200 (2/4) |" in readme
+    assert "| trained | 0.875 ± 0.100 | 0.750 ± 0.200 (3/4) | 1.000 ± 0.200 (4/4) |" in readme
+    assert "| change | +0.500 | +0.500 | +0.500 |" in readme
+    assert "2 × combined SE 0.283: improved. Tasks whose mean reward rose: 2 of 2." in readme
+    assert "held-out evaluation at temperature 0.0" in readme
     write_record(_fake_run("easy-test"), out, out)  # recording into --out itself copies nothing
     assert "test (reporting; not used to choose settings)" in (out / "README.md").read_text()
 

@@ -30,6 +30,7 @@ def test_short_train_demo_writes_the_run_and_the_curve(tmp_path, os_sandbox) -> 
     run = main(
         [
             "--out", str(tmp_path),
+            "--tasks", "db", "os",
             "--eval-samples", "2",
             "--max-steps", "2",
             "--group-size", "2",
