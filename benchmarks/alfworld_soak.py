@@ -9,9 +9,10 @@ cycling over the games (the split's first ``--games``; unset: all of them). Ever
 ``--abandon-every``-th episode is abandoned after three actions (the client cancels it: the
 worker tears down a game in progress). Episodes run in rounds of ``--sample-every``,
 ``--concurrency`` at a time; after each round, with no episode in flight, the worker process and
-every process under it (the engine processes of ``--processes``, unset: one per core, and
-multiprocessing's resource tracker) are measured with psutil: resident memory (RSS, summed over
-the processes) and open file descriptors.
+every process under it (the engine processes of ``--processes``, unset: one per core: fresh
+interpreters, ``python -m agentrl_env_alfworld._engine_process``, so no multiprocessing resource
+tracker) are measured with psutil: resident memory (RSS, summed over the processes) and open file
+descriptors. Each process gets a role: ``worker``, ``engine``, or ``other`` for anything else.
 
 Flat means: from the first measurement after ``--warmup`` episodes (by then every game of the
 split has been loaded and the engine's caches hold what they will hold) to the last, the summed
@@ -65,7 +66,7 @@ def measure(pid: int) -> dict[str, Any]:
         try:
             with p.oneshot():
                 cmd = " ".join(p.cmdline())
-                role = "worker" if p is root else ("resource_tracker" if "resource_tracker" in cmd else "engine")
+                role = "worker" if p is root else ("engine" if "agentrl_env_alfworld._engine_process" in cmd else "other")
                 procs.append({"pid": p.pid, "role": role, "rss_mb": p.memory_info().rss / 2**20, "fds": p.num_fds()})
         except psutil.NoSuchProcess:
             continue
