@@ -21,7 +21,7 @@ from typing import Any
 
 from agentrl_envs.policy import call_turn
 
-from .prompts import parse_available_actions
+from .prompts import NEXT_ACTION, parse_available_actions
 from .scenes import APPLIANCE, Game, Receptacle, Thing, build_game, mangle
 
 TOOL = "take_action"
@@ -127,8 +127,20 @@ class ExpertPolicy:
         return None
 
 
-def reference_policy(sample: dict[str, Any]) -> ExpertPolicy | list[dict[str, Any]] | None:
-    """A fresh expert for a generated game; the stored walkthrough of a real game file, if any."""
+class NextActionPolicy:
+    """The easy games' reference: sends the action that the latest message spells out
+    (``Next action: ...``), what the easy prompt asks of the model; stops when there is none."""
+
+    async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+        _, sep, action = _latest_text(messages).rpartition("\n" + NEXT_ACTION)
+        return call_turn(TOOL, {"action": action}) if sep else None
+
+
+def reference_policy(sample: dict[str, Any]) -> ExpertPolicy | NextActionPolicy | list[dict[str, Any]] | None:
+    """A fresh expert for a generated game (an easy one: what its messages spell out); the stored
+    walkthrough of a real game file, if any."""
+    if sample.get("prompt") == "easy":
+        return NextActionPolicy()
     if "game_file" in sample:
         with open(sample["game_file"]) as f:
             walkthrough = json.load(f).get("walkthrough")

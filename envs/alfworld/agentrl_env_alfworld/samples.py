@@ -10,6 +10,10 @@ split      games   floor plans
 ``train``  3000    ALFRED's train scenes (7-30, 207-230, 307-330, 407-430)
 =========  ======  ==========================================================================
 
+The ``easy`` (200), ``easy-test`` (100) and ``easy-val`` (100) splits are small-room games of the
+simplest type whose winning actions the prompt spells out one per turn (:mod:`.make_easy`,
+shipped in ``data/``).
+
 A generated sample is the game spec of :func:`.scenes.choose_spec` plus an ``id``. A sample of
 real ALFWorld data is ``{"id", "game_file", "task_type"}`` (see :func:`load_data`).
 """
@@ -30,6 +34,10 @@ from agentrl_envs.errors import DataError
 from .scenes import TASK_TYPES, choose_spec, floor_plans
 
 SPLITS: dict[str, tuple[int, str]] = {"dev": (24, "unseen"), "test": (120, "unseen"), "train": (3000, "seen")}
+#: Small-room pick-and-place games with their plan spelled out, for small-model RL: shipped in
+#: ``data/`` (written by :mod:`.make_easy`).
+EASY_SPLITS = ("easy", "easy-test", "easy-val")
+DATA = Path(__file__).parent / "data"
 
 
 @cache
@@ -51,8 +59,10 @@ def _generated(split: str) -> tuple[dict[str, Any], ...]:
 
 
 def load_split(split: str) -> list[dict[str, Any]]:
+    if split in EASY_SPLITS:
+        return [json.loads(line) for line in (DATA / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()]
     if split not in SPLITS:
-        raise DataError(f"alfworld has no split {split!r}: expected one of {sorted(SPLITS)} (or data=PATH)")
+        raise DataError(f"alfworld has no split {split!r}: expected one of {sorted(SPLITS) + list(EASY_SPLITS)} (or data=PATH)")
     return [dict(s) for s in _generated(split)]
 
 
@@ -114,4 +124,7 @@ def validate_sample(sample: dict[str, Any], where: str = "sample") -> dict[str, 
         raise DataError(f"{where}: task_type {sample['task_type']!r} is not one of {list(TASK_TYPES)}")
     if int(sample["floor_plan"]) not in floor_plans():
         raise DataError(f"{where}: no layout for floor_plan {sample['floor_plan']!r}")
+    plan = sample.get("plan")
+    if sample.get("prompt") == "easy" and not (isinstance(plan, list) and plan and all(isinstance(a, str) for a in plan)):
+        raise DataError(f"{where}: an easy game (prompt 'easy') needs its plan, a list of actions")
     return sample

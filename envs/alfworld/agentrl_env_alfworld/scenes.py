@@ -51,6 +51,8 @@ OBJECT_TYPES = sorted(frozenset(C.OBJECTS_SET) - STATIC_RECEPTACLES)
 #: Types that can be picked up: whatever some receptacle can hold (sliced variants excluded).
 PICKUPABLE = frozenset(o for objs in C.VAL_RECEPTACLE_OBJECTS.values() for o in objs if not o.endswith("Sliced"))
 LAYOUTS = Path(alfworld.gen.__file__).parent / "layouts"
+#: Where the agent starts: the middle of the room, no receptacle there.
+START = "loc|99|99|0|30"
 
 
 def floor_plans() -> list[int]:
@@ -222,6 +224,17 @@ def build_game(spec: dict[str, Any]) -> Game:
             where = rng.choice(spots)
             things.append(Thing(new_id(otype), otype, where.id))
 
+    room = spec.get("room")
+    if room is not None:
+        # A small room (the easy splits): only the listed receptacles of the layout, and exactly
+        # the listed objects, each in the receptacle given for it.
+        keep = set(room["receptacles"])
+        receptacles = [r for r in receptacles if r.id in keep]
+        if len(receptacles) != len(keep):
+            raise ValueError(f"floor plan {plan} has no receptacle {sorted(keep - {r.id for r in receptacles})}")
+        things = [Thing(new_id(otype), otype, rid) for otype, rid in room["objects"]]
+        problem = _problem_text(spec, receptacles, things, START)
+        return Game(spec=spec, problem=problem, goal=spec["goal"], receptacles=receptacles, things=things)
     # The targets first: never already in the goal receptacle, so no game starts won.
     wanted = 2 + rng.randint(0, 1) if task_type == "pick_two_obj_and_place" else rng.randint(1, 2)
     place(target, wanted, avoid=recep)
@@ -235,8 +248,7 @@ def build_game(spec: dict[str, Any]) -> Game:
         if any(_can_hold(r.type, otype) for r in receptacles):
             place(otype, rng.randint(1, C.MAX_NUM_OF_OBJ_INSTANCES), avoid=recep if otype == target else None)
 
-    start = "loc|99|99|0|30"  # the middle of the room: no receptacle there
-    problem = _problem_text(spec, receptacles, things, start)
+    problem = _problem_text(spec, receptacles, things, START)
     return Game(spec=spec, problem=problem, goal=spec["goal"], receptacles=receptacles, things=things)
 
 

@@ -11,6 +11,10 @@ the 20-round limit (``task limit reached``).
 Games are ALFWorld's own engine (TextWorld's ``PddlEnv`` with ALFWorld's domain and grammar)
 playing generated problems (:mod:`.scenes`) or ALFWorld's game files (``data=PATH``); they run in
 engine processes shared by the worker's sessions (:mod:`.pool`).
+
+Easy games (samples with ``"prompt": "easy"``, the ``easy*`` splits of :mod:`.make_easy`) open
+with a short prompt and a worked example, and every message shows the game's text without the
+available actions, then the next action of the sample's ``plan`` (:func:`.prompts.next_action`).
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ from agentrl_envs.task import Task, tool
 
 from .actions import process_action, repeated_three_times
 from .pool import EnginePool, Lease
-from .prompts import NO_TOOL_CALL, observation_message, opening_messages
+from .prompts import NO_TOOL_CALL, easy_message, next_action, observation_message, opening_messages, process_ob
 from .reference import reference_policy
-from .samples import SPLITS, load_data, load_split, validate_sample
+from .samples import EASY_SPLITS, SPLITS, load_data, load_split, validate_sample
 
 
 class ALFWorldConfig(BaseModel):
@@ -56,7 +60,7 @@ class ALFWorldConfig(BaseModel):
 class ALFWorldTask(Task):
     name = "alfworld"
     max_turns = 20
-    splits = tuple(SPLITS)
+    splits = (*SPLITS, *EASY_SPLITS)
     concurrency = 32
     Config = ALFWorldConfig
 
@@ -90,6 +94,9 @@ class ALFWorldTask(Task):
         self.lease: Lease | None = None
         self.commands: list[str] = []
         self.actions: list[str] = []
+        #: an easy game's winning actions and how many of them were taken in order
+        self.plan: list[str] | None = sample.get("plan") if sample.get("prompt") == "easy" else None
+        self.plan_done = 0
 
     async def setup(self) -> list[dict[str, Any]]:
         pool = self.resources
@@ -103,7 +110,7 @@ class ALFWorldTask(Task):
         self.lease, observation = await pool.start(source)
         self.commands = observation.commands
         self.metrics["task_type"] = self.sample.get("task_type")
-        return opening_messages(observation.text, observation.commands)
+        return opening_messages(observation.text, observation.commands, self.sample)
 
     async def teardown(self) -> None:
         if self.lease is not None:
@@ -125,8 +132,13 @@ class ALFWorldTask(Task):
         observation = await self.resources.step(self.lease, command)
         self.commands = observation.commands
         self.actions.append(action)
+        if self.plan is not None and self.plan_done < len(self.plan) and command == self.plan[self.plan_done]:
+            self.plan_done += 1
         if repeated_three_times(self.actions):
             self.finish(0.0, status=SampleStatus.AGENT_INVALID_ACTION, won=False, repeated=action)
         elif observation.won:
             self.finish(1.0, won=True)
+        if self.plan is not None:
+            hint = None if self.done else next_action(self.plan, self.plan_done, self.commands)
+            return easy_message(process_ob(observation.text), hint)
         return observation_message(observation.text, observation.commands)
