@@ -75,3 +75,27 @@ def test_logprobs_equal_a_direct_computation() -> None:
     expected = full[:, cols - 1].gather(-1, rows["input_ids"][:, cols][..., None])[..., 0]
     m = rows["loss_mask"][:, cols].bool()
     assert torch.allclose(logp[m], expected[m], atol=1e-5)
+
+
+def test_head_on_trained_tokens_only_matches_the_models_own_forward(monkeypatch) -> None:
+    """The LM head run on the trained (row, column) pairs only gives the model forward's values
+    and gradients there (and 0 elsewhere)."""
+    import agentrl_trainer.logprobs as lp
+
+    model = _tiny_lora_model()
+    model.train()
+    rows = _rows()
+    assert lp._split_head(model) is not None
+    results = []
+    for split in (True, False):
+        if not split:
+            monkeypatch.setattr(lp, "_split_head", lambda _m: None)
+        model.zero_grad()
+        logp, cols = token_logprobs(model, rows, temperature=0.7, share_head=True)
+        (logp * rows["loss_mask"][:, cols]).sum().backward()
+        results.append((logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}))
+    (lp_split, g_split), (lp_full, g_full) = results
+    m = rows["loss_mask"][:, cols].bool()
+    assert torch.allclose(lp_split[m], lp_full[m], atol=1e-5) and bool((lp_split[~m] == 0).all())
+    for name in g_full:
+        assert torch.allclose(g_split[name], g_full[name], atol=1e-5), name
