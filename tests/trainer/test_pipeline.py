@@ -224,7 +224,7 @@ def make_pipeline(controller_url: str, tokenizer: Any) -> Iterator[Callable[...,
         p.stop()
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
