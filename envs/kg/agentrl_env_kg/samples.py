@@ -3,7 +3,9 @@
 Each question: ``question`` (text), ``entities`` (``{name: mid}``, the names the model sees),
 ``answer`` (``[{"answer_argument": mid or value, ...}]``), and, for the reference policy,
 ``actions`` (AgentBench's gold calls, e.g. ``get_neighbors(#0,film.film.starring)``); ``qid``,
-``source`` and ``s_expression`` are kept as they are.
+``source`` and ``s_expression`` are kept as they are. Optional: ``prompt`` (``"agentbench"``, the
+default, or ``"easy"``: the short prompt and worked examples of the easy splits) and
+``max_turns`` (the session's round limit; the ``max_turns`` option overrides it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 
 from agentrl_envs.errors import DataError
 
-SPLITS = ("dev", "train", "test")
+SPLITS = ("dev", "train", "test", "easy", "easy-val", "easy-test")
+PROMPTS = ("agentbench", "easy")
 
 
 def validate(item: Any, where: str) -> dict[str, Any]:
@@ -27,6 +30,11 @@ def validate(item: Any, where: str) -> dict[str, Any]:
     for a in item["answer"]:
         if not isinstance(a, dict) or "answer_argument" not in a:
             raise DataError(f"{where}: every answer needs an 'answer_argument'")
+    if item.get("prompt") is not None and item["prompt"] not in PROMPTS:
+        raise DataError(f"{where}: 'prompt' must be one of {list(PROMPTS)}, got {item['prompt']!r}")
+    max_turns = item.get("max_turns")
+    if max_turns is not None and (type(max_turns) is not int or max_turns < 1):
+        raise DataError(f"{where}: 'max_turns' must be a positive integer, got {max_turns!r}")
     actions = item.get("actions")
     if actions is not None and not (isinstance(actions, list) and all(isinstance(a, str) for a in actions)):
         raise DataError(f"{where}: 'actions' must be a list of strings")

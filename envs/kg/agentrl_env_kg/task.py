@@ -113,7 +113,9 @@ NUMBER = "type.int"
 class KGTask(Task):
     name = "kg"
     max_turns = 15
-    splits = ("dev", "train", "test")
+    #: ``easy`` (200), ``easy-val`` (100) and ``easy-test`` (100): one-hop questions that spell out
+    #: their call, for small models (see :mod:`.make_easy`).
+    splits = ("dev", "train", "test", "easy", "easy-val", "easy-test")
     concurrency = 64
     Config = KGConfig
 
@@ -166,7 +168,7 @@ class KGTask(Task):
 
     async def setup(self) -> list[dict[str, Any]]:
         names = list(self.sample.get("entities", {}))
-        return opening_messages(self.sample["question"], names, self.turn_limit, self.config.one_shot)
+        return opening_messages(self.sample["question"], names, self.turn_limit, self.config.one_shot, self.sample.get("prompt"))
 
     # ------------------------------------------------------------------ arguments
 
