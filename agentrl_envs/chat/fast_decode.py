@@ -245,7 +245,11 @@ class FastDecodeBatch:
             shared = self._shared_head(prompts) if len(rows) > 1 else None
             plans = [self._plan(p, shared) for p in prompts]
             B0 = len(self.rows)
-            need = max(len(p) - n + r.max_tokens for p, r, (_, _, _, n) in zip(prompts, rows, plans, strict=True))
+            # a row's slot holds every token after its head (reused own tokens included) + its completion
+            need = max(
+                len(p) - (len(head) if head is not None else 0) + r.max_tokens
+                for p, r, (head, _, _, _) in zip(prompts, rows, plans, strict=True)
+            )
             self._reserve(B0 + len(rows), max(need, int(self._own.max()) + 1 if B0 else 0))
             logits = []
             for j, (p, (head, own_k, own_v, n)) in enumerate(zip(prompts, plans, strict=True)):

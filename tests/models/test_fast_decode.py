@@ -247,3 +247,30 @@ def test_a_shared_head_the_cache_already_holds_in_full_is_not_recomputed(pair) -
         batch.step()
     expected = ref.generate_tokens(prompts[1], 8)[0]
     assert [r.completion_ids for r in again] == [expected, expected] and first[1].completion_ids == expected
+
+
+def test_a_row_reusing_a_long_snapshot_gets_a_slot_for_all_its_own_tokens(pair) -> None:  # type: ignore[no-untyped-def]
+    """A next turn that reuses a finished row's snapshot (its head + its own tokens) holds those
+    own tokens in its KV slot too: the slot must fit them, the new ones and the completion. (A
+    new batch sized the slot without the reused tokens; the kg task's later turns failed.)"""
+    ref, fast = pair
+    long_questions = [q + " Some context: " + "the quick brown fox jumps over the lazy dog, " * 30 for q in QUESTIONS[:2]]
+    prompts = [
+        ref.encode_prompt([Message(role="system", content=SYSTEM), Message(role="user", content=q)]) for q in long_questions
+    ]
+    cache = fast.new_prefix_cache(32768)
+    batch = fast.new_batch(prefix_cache=cache)
+    first = [DecodeRow(list(p), 96, 0.0) for p in prompts]  # the system prompt is their shared head
+    batch.add(first)
+    while len(batch):
+        batch.step()
+    follow = ref.tokenizer("<|im_end|>\n<|im_start|>user\nAgain.<|im_end|>\n<|im_start|>assistant\n")["input_ids"]
+    second_prompt = list(prompts[1]) + first[1].completion_ids + follow
+    hits = cache.hits
+    fresh = fast.new_batch(prefix_cache=cache)  # its slot buffers start small
+    second = DecodeRow(second_prompt, 96, 0.0)
+    fresh.add([second])
+    while len(fresh):
+        fresh.step()
+    assert cache.hits > hits and len(prompts[1]) - len(prompts[0]) < 20 and len(prompts[1]) > 300
+    assert second.completion_ids == ref.generate_tokens(second_prompt, 96)[0]
