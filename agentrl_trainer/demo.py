@@ -96,8 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="easy-test",
         help="held-out split: easy-val to choose settings, easy-test (default) to report them",
     )
-    p.add_argument("--eval-samples", type=int, default=40, help="held-out samples per task (one episode each)")
-    p.add_argument("--max-steps", type=int, default=20)
+    p.add_argument("--eval-samples", type=int, default=30, help="held-out samples per task (one episode each)")
+    p.add_argument("--max-steps", type=int, default=12)
     p.add_argument(
         "--train-seconds",
         type=float,
