@@ -3,17 +3,23 @@
     python -m agentrl_env_webshop.make_easy             # prints the splits' sizes and first goals
     python -m agentrl_env_webshop.make_easy --example   # writes easy_example.json (the worked example)
 
-Real WebShop goals (the task's own goal dicts, shop, pages and reward, unchanged) whose
+Real WebShop goals (the task's own goal dicts, shop, search, transitions and reward) whose
 instruction spells out the purchase: the search keywords (the target's brand and model code,
 which put it first among the results at every catalog size), the product to click (its ASIN),
 the option to click (half of the goals want one option; the others none) and ``buy now``. Each
 goal also names one of the product's attributes, and a price bound it meets, so buying the
-target with that option scores 1.0 and anything else less (WebShop's graded reward).
+target with that option scores 1.0 and anything else less (WebShop's graded reward: the target
+without its option 2/3).
 
-Samples carry ``"prompt": "easy"`` (a short system prompt and a worked example as chat turns,
-:func:`.prompts.opening_messages`), ``"max_turns"`` (the steps plus one) and
-``"results_per_page": 3`` (a results page lists 3 hits instead of WebShop's 10, which keeps an
-episode's prompt short), read per session.
+Samples carry ``"prompt": "easy"``, ``"max_turns"`` (the steps plus one: 4 or 5 rounds) and
+``"results_per_page": 2`` (WebShop: 10), read per session. An easy session
+(:class:`.shop.ShopSession` with ``compact`` and the goal's :func:`spelled_steps`) opens with a
+short system prompt and a worked example as chat turns (:func:`.prompts.opening_messages`) and
+shows its pages in a compact text whose last line names the step to take next from that page
+(``Next step: click "b003r47bv9"``); while the option the goal wants is not chosen, that line
+only says to click the option the instruction asks for (which value is the model's to read from
+the instruction). So a whole episode of SmolLM2-135M fits its 2,048-token context (about 1,100
+tokens before the first turn, 1,700 after a reference episode's last; tests/test_webshop_easy.py).
 
 Targets are products of the goal pool (0..999, in every catalog): ``easy`` (train, 200 goals)
 targets products of the ``train`` split's range 300..999, ``easy-test`` (100, held out: reported
@@ -37,7 +43,9 @@ from .generator import GOAL_POOL, goal_noun, instruction_text, make_product, pri
 TRAIN_SIZE = 200
 TEST_SIZE = 100
 VAL_SIZE = 100
-RESULTS_PER_PAGE = 3
+RESULTS_PER_PAGE = 2
+#: Share of goals that want one option value (the others none).
+OPTION_SHARE = 0.5
 #: Product of the worked example (:data:`.prompts.EASY_EXAMPLES`); no split targets 250..299.
 EXAMPLE_PRODUCT = 250
 
@@ -63,7 +71,7 @@ def easy_goal(seed: int, i: int, rng: random.Random, *, with_option: bool | None
     product = make_product(seed, i)
     attributes = rng.sample(product["Attributes"], k=1)
     options: list[str] = []
-    if rng.random() < 0.5 if with_option is None else with_option:
+    if rng.random() < OPTION_SHARE if with_option is None else with_option:
         values = rng.choice(list(product["options"].values()))
         options = [rng.choice(values)]
     upper, price_text = price_bound(product["price"], rng)
@@ -97,10 +105,19 @@ def make_splits(seed: int = 0) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def spelled_steps(goal: dict[str, Any]) -> list[tuple[str, str]]:
+    """The steps an easy goal's instruction spells out, in order: ``("search", keywords)``, then
+    ``("click", value)`` for the ASIN, each option value and ``buy now``."""
+    clicks = [goal["asin"].lower(), *goal["goal_options"], "buy now"]
+    return [("search", goal["keywords"]), *(("click", c) for c in clicks)]
+
+
 def steps(goal: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
     """The tool calls an easy goal's instruction spells out, in order."""
-    clicks = [goal["asin"].lower(), *goal["goal_options"], "buy now"]
-    return [("search_action", {"keywords": goal["keywords"]}), *(("click_action", {"value": c}) for c in clicks)]
+    return [
+        ("search_action", {"keywords": v}) if verb == "search" else ("click_action", {"value": v})
+        for verb, v in spelled_steps(goal)
+    ]
 
 
 def example_goal(seed: int = 0) -> dict[str, Any]:

@@ -48,16 +48,20 @@ EASY_EXAMPLES: list[dict[str, Any]] = _load_easy_examples()
 
 
 def opening_messages(observation: str, available_actions: str, prompt: str | None = None) -> list[dict[str, Any]]:
-    """The messages an episode starts with: the system prompt (for ``prompt="easy"`` the short one
-    and the worked example), then the opening page."""
-    opening = {"role": "user", "content": f"{OPENING_HEAD}{observation}{_ACTIONS_HEAD}{available_actions}"}
+    """The messages an episode starts with: the system prompt, then the opening page. For
+    ``prompt="easy"``: the short system prompt, the worked example, then the page as
+    ``observation`` alone (its compact text, which shows its clickables itself)."""
     if prompt == "easy":
-        return [{"role": "system", "content": EASY_SYSTEM_PROMPT}, *EASY_EXAMPLES, opening]
+        return [{"role": "system", "content": EASY_SYSTEM_PROMPT}, *EASY_EXAMPLES, {"role": "user", "content": observation}]
+    opening = {"role": "user", "content": f"{OPENING_HEAD}{observation}{_ACTIONS_HEAD}{available_actions}"}
     return [{"role": "system", "content": SYSTEM_PROMPT}, opening]
 
 
-def tool_output(action: str, observation: str, available_actions: str) -> str:
-    """What a tool call returns: AgentBench's ``Action: … Observation: … Available Actions: …``."""
+def tool_output(action: str, observation: str, available_actions: str, prompt: str | None = None) -> str:
+    """What a tool call returns: AgentBench's ``Action: … Observation: … Available Actions: …``;
+    for ``prompt="easy"`` the (compact) observation alone, right after the call that led to it."""
+    if prompt == "easy":
+        return observation
     return f"Action: {action}{OBSERVATION_HEAD}{observation}{_ACTIONS_HEAD}{available_actions}"
 
 

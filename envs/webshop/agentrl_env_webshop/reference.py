@@ -13,13 +13,17 @@ from agentrl_envs.policy import call_turn, last_tool_output
 from .prompts import split_available_actions
 from .reward import normalize_color
 from .search import SEARCH_RETURN_N
-from .shop import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, PRODUCT_WINDOW, SUB_PAGES
+from .shop import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, PRODUCT_WINDOW, SUB_PAGES, compact_clickables
 
 _BUTTONS = {b.lower() for b in (BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, *SUB_PAGES)}
 
 
-def available_actions(text: str) -> dict[str, Any] | None:
-    """The ``Available Actions`` dict at the end of an observation (``None`` if there is none)."""
+def available_actions(text: str, compact: bool = False) -> dict[str, Any] | None:
+    """The ``Available Actions`` dict at the end of an observation (``None`` if there is none);
+    ``compact``: of a page in the easy splits' compact form (its bracketed clickables)."""
+    if compact:
+        clickables = [] if text.startswith("Invalid action: ") else compact_clickables(text)  # no page
+        return {"has_search_bar": "search" in clickables, "clickables": clickables}
     found = split_available_actions(text)
     return found[1] if found is not None else None
 
@@ -41,7 +45,7 @@ class WebShopReference:
             observation = last_tool_output(messages)
         if observation is None:
             return None
-        actions = available_actions(observation)
+        actions = available_actions(observation, compact=self.goal.get("prompt") == "easy")
         if actions is None:
             return None
         clickables: list[str] = actions["clickables"]

@@ -70,6 +70,8 @@ def validate_goal(goal: Any, where: str) -> dict[str, Any]:
         raise DataError(f"{where}: the goal has no attributes (WebShop skips such goals)")
     if goal.get("prompt") not in (None, "agentbench", "easy"):
         raise DataError(f'{where}: prompt must be "agentbench" or "easy", got {goal["prompt"]!r}')
+    if goal.get("prompt") == "easy" and not isinstance(goal.get("keywords"), str):
+        raise DataError(f'{where}: a goal with prompt "easy" needs its search "keywords" (the first of its steps)')
     per_page = goal.get("results_per_page")
     if per_page is not None and (type(per_page) is not int or per_page < 1):
         raise DataError(f"{where}: results_per_page must be a positive integer, got {per_page!r}")

@@ -13,11 +13,21 @@ A page is shown as WebShop's ``text`` observation mode shows it: its visible str
 ``" [SEP] "``, and its clickables (buttons and product links lowercased, option values as they
 are) as WebShop's ``get_available_actions`` lists them. A click on something that is not on the
 page raises :class:`InvalidAction` (WebShop silently does nothing).
+
+A session with ``compact=True`` (the easy splits) shows the same pages, clickables and
+transitions in a shorter text (:attr:`Page.compact`): one line per row, every clickable in
+square brackets where the page shows it (``[buy now]``), the instruction on the search page only,
+a one-line done page, no separate list of clickables (:func:`compact_clickables` reads them
+back) and, given the goal's ``steps``, a last line naming the step to take next from that page.
+WebShop's ``[SEP]`` costs 5 tokens of SmolLM2's tokenizer and every clickable appears twice in
+the text mode, so a small model's 2,048-token context would not hold a worked example and an
+episode otherwise.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +41,8 @@ PREV_PAGE = "< Prev"
 BUY_NOW = "Buy Now"
 SUB_PAGES = ("Description", "Features", "Reviews")
 SEP = " [SEP] "
+#: A compact page's next step while an option the instruction asks for is not chosen yet.
+OPTION_STEP = "Next step: click the option the instruction asks for"
 
 
 class InvalidAction(Exception):
@@ -42,6 +54,8 @@ class Page:
     text: str
     has_search_bar: bool
     clickables: list[str]
+    #: the same page in the compact form (what a compact session shows; see the module's doc)
+    compact: str = ""
 
     def available_actions(self) -> str:
         """WebShop's ``get_available_actions()`` as AgentBench prints it (a Python dict)."""
@@ -61,6 +75,12 @@ class ShopSession:
     instruction: str
     #: results shown per page (WebShop: 10; the easy splits show fewer, to keep prompts short)
     page_size: int = PRODUCT_WINDOW
+    #: the session's pages are shown as :attr:`Page.compact` (the easy splits)
+    compact: bool = False
+    #: the steps the instruction spells out (an easy goal's: ``("search", keywords)``,
+    #: ``("click", asin)``, ``("click", option value)``..., ``("click", "buy now")``); with them,
+    #: a compact page ends with the one to take next from it (``Next step: click "buy now"``)
+    steps: list[tuple[str, str]] = field(default_factory=list)
     page_name: str = "search"
     keywords: list[str] = field(default_factory=list)
     page_no: int = 1
@@ -127,14 +147,49 @@ class ShopSession:
             self.options[name] = value
         return self.page()
 
+    def next_step(self) -> str:
+        """The line a compact page ends with: the step of :attr:`steps` to take next from the
+        current page (``""`` without steps and once bought)."""
+        return "".join(_next_step(self))
+
     def _show_results(self, page_no: int) -> None:
         self.page_name, self.page_no, self.options = "results", page_no, {}
 
     # ------------------------------------------------------------------ pages
 
 
+def _next_step(s: ShopSession) -> list[str]:
+    """A compact page's last line: the step of :attr:`ShopSession.steps` to take next from the
+    current page (``[]`` without steps)."""
+    if not s.steps or s.page_name == "done":
+        return []
+    (_, asin), wanted = s.steps[1], [value for _, value in s.steps[2:-1]]
+    on_target = s.product_index is not None and s.catalog.product(s.product_index)["asin"].lower() == asin
+    if s.page_name == "item" and on_target:
+        if any(v not in s.options.values() for v in wanted):
+            return [OPTION_STEP]  # which value is the model's to read from the instruction
+        step = ("click", BUY_NOW.lower())
+    elif s.page_name == "sub" or s.page_name == "item":
+        step = ("click", PREV_PAGE.lower())
+    elif s.page_name == "results" and asin in (s.catalog.product(i)["asin"].lower() for i in _shown(s)):
+        step = ("click", asin)
+    else:
+        step = s.steps[0]
+    return [f'Next step: {step[0]} "{step[1]}"']
+
+
+def _shown(s: ShopSession) -> list[int]:
+    """The products the results page lists."""
+    return s.results[(s.page_no - 1) * s.page_size : s.page_no * s.page_size]
+
+
+def _b(value: str) -> str:
+    return f"[{value.lower()}]"
+
+
 def _search_page(s: ShopSession) -> Page:
-    return Page(SEP.join(["WebShop", "Instruction:", s.instruction, "Search"]), True, ["search"])
+    compact = "\n".join(["WebShop", f"Instruction: {s.instruction}", _b("search"), *_next_step(s)])
+    return Page(SEP.join(["WebShop", "Instruction:", s.instruction, "Search"]), True, ["search"], compact)
 
 
 def _header(s: ShopSession) -> list[str]:
@@ -149,25 +204,32 @@ def _results_page(s: ShopSession) -> Page:
         buttons.append(PREV_PAGE)
     texts.append(NEXT_PAGE)
     buttons.append(NEXT_PAGE)
-    shown = s.results[(s.page_no - 1) * s.page_size : s.page_no * s.page_size]
+    shown = _shown(s)
     links = []
+    rows = [" ".join(map(_b, buttons)), f"Page {s.page_no} (Total results: {len(s.results)})"]
     for i in shown:
         product = s.catalog.product(i)
         texts += [product["asin"], product["Title"], product["Price"]]
         links.append(product["asin"])
-    return Page(SEP.join(texts), False, [b.lower() for b in buttons] + [a.lower() for a in links])
+        rows.append(f"{_b(product['asin'])} {product['Title']}, {product['Price']}")
+    clickables = [b.lower() for b in buttons] + [a.lower() for a in links]
+    return Page(SEP.join(texts), False, clickables, "\n".join(rows + _next_step(s)))
 
 
 def _item_page(s: ShopSession) -> Page:
     product = s.catalog.product(s.product_index)  # type: ignore[arg-type]
     texts = [*_header(s), PREV_PAGE]
     values: list[str] = []
+    rows = [f"{_b(BACK_TO_SEARCH)} {_b(PREV_PAGE)}", product["Title"], f"Price: {product['Price']}, Rating: {product['Rating']}"]
     for name, option_values in product["options"].items():
         texts += [name, *option_values]
         values += option_values
+        rows.append(f"{name}: {' '.join(map(_b, option_values))}")
     texts += [product["Title"], f"Price: {product['Price']}", f"Rating: {product['Rating']}", *SUB_PAGES, BUY_NOW]
+    rows.append(" ".join(map(_b, [*SUB_PAGES, BUY_NOW])))
     buttons = [BACK_TO_SEARCH, PREV_PAGE, *SUB_PAGES, BUY_NOW]
-    return Page(SEP.join(texts), False, [b.lower() for b in buttons] + list(dict.fromkeys(values)))
+    clickables = [b.lower() for b in buttons] + list(dict.fromkeys(values))
+    return Page(SEP.join(texts), False, clickables, "\n".join(rows + _next_step(s)))
 
 
 def _sub_page(s: ShopSession) -> Page:
@@ -180,7 +242,10 @@ def _sub_page(s: ShopSession) -> Page:
     else:
         for review in product["Reviews"]:
             texts += [f'"{review.get("title", "")}"', str(review.get("score", "")), review.get("body", "")]
-    return Page(SEP.join(t.strip() for t in texts), False, [BACK_TO_SEARCH.lower(), PREV_PAGE.lower()])
+    rows = [f"{_b(BACK_TO_SEARCH)} {_b(PREV_PAGE)}", *(t.strip() for t in texts[len(_header(s)) + 1 :])]
+    clickables = [BACK_TO_SEARCH.lower(), PREV_PAGE.lower()]
+    rows = [r for r in rows if r] + _next_step(s)
+    return Page(SEP.join(t.strip() for t in texts), False, clickables, "\n".join(rows))
 
 
 def done_text(asin: str, options: dict[str, str], reward: float) -> str:
@@ -198,7 +263,14 @@ def done_text(asin: str, options: dict[str, str], reward: float) -> str:
 
 def _done_page(s: ShopSession) -> Page:
     assert s.purchase is not None
-    return Page(done_text(s.purchase.product["asin"], s.purchase.options, s.reward), False, [])
+    asin, options = s.purchase.product["asin"], s.purchase.options
+    compact = f"Thank you for shopping with us! Purchased: {asin.lower()}, options: {json.dumps(options)}. Your score (min 0.0, max 1.0): {s.reward}"
+    return Page(done_text(asin, options, s.reward), False, [], compact)
+
+
+def compact_clickables(text: str) -> list[str]:
+    """The clickables of a page in :attr:`Page.compact` form (the values in square brackets), in order."""
+    return list(dict.fromkeys(re.findall(r"\[([^\[\]\n]+)\]", text)))
 
 
 _RENDER = {"search": _search_page, "results": _results_page, "item": _item_page, "sub": _sub_page, "done": _done_page}

@@ -128,14 +128,22 @@ class WebShopTask(Task):
     async def setup(self) -> list[dict[str, Any]]:
         if self.resources is None:
             raise RuntimeError("the webshop task needs its catalog: open it with TaskRuntime.open() / open_resources")
+        from .make_easy import spelled_steps  # not at import: ``python -m`` runs that module
+
         catalog, index = await self.resources.for_sample(self.sample)
         if catalog.index_of(self.sample["asin"]) is None:
             raise RuntimeError(f"the goal's product {self.sample['asin']} is not in the catalog ({len(catalog)} products)")
+        prompt = self.sample.get("prompt")
         self.shop = ShopSession(
-            catalog, index, self.sample["instruction_text"], page_size=self.sample.get("results_per_page") or PRODUCT_WINDOW
+            catalog,
+            index,
+            self.sample["instruction_text"],
+            page_size=self.sample.get("results_per_page") or PRODUCT_WINDOW,
+            compact=prompt == "easy",
+            steps=spelled_steps(self.sample) if prompt == "easy" else [],
         )
         page = self.shop.page()
-        return opening_messages(page.text, page.available_actions(), self.sample.get("prompt"))
+        return opening_messages(self._shown(page), page.available_actions(), prompt)
 
     @tool
     async def search_action(self, keywords: str) -> str:
@@ -158,14 +166,22 @@ class WebShopTask(Task):
     def _act(self, action: str, do: Any) -> str:
         shop = self.shop
         assert shop is not None
+        prompt = self.sample.get("prompt")
         try:
             page: Page = do(shop)
         except InvalidAction as e:
             page = shop.page()
-            return tool_output(action, f"Invalid action: {e}\n\n{page.text}", page.available_actions())
+            if shop.compact:  # the page has not changed: shown just above, so only the next step
+                return "\n".join(x for x in (f"Invalid action: {e}", shop.next_step()) if x)
+            return tool_output(action, f"Invalid action: {e}\n\n{page.text}", page.available_actions(), prompt)
         if shop.purchase is not None:
             page = self._score(shop)
-        return tool_output(action, page.text, page.available_actions())
+        return tool_output(action, self._shown(page), page.available_actions(), prompt)
+
+    def _shown(self, page: Page) -> str:
+        """The page as this session shows it (compact for the easy splits)."""
+        assert self.shop is not None
+        return page.compact if self.shop.compact else page.text
 
     def _score(self, shop: ShopSession) -> Page:
         assert shop.purchase is not None
