@@ -202,7 +202,7 @@ class AgentRLConfig(GRPOConfig):
 
     > Loss
 
-    - **dual_clip**, **task_advantage_norm**, **micro_batch_rows**.
+    - **dual_clip**, **task_advantage_norm**, **micro_batch_rows**, **micro_batch_tokens**.
 
     > TRL fields that do not apply
 
@@ -315,6 +315,13 @@ class AgentRLConfig(GRPOConfig):
     micro_batch_rows: int = field(
         default=8, metadata={"help": "Rows per forward/backward pass (the step's loss is still one token-mean)."}
     )
+    micro_batch_tokens: int = field(
+        default=0,
+        metadata={
+            "help": "Also cap a forward/backward pass at this many padded tokens (rows x longest row); 0: rows only. "
+            "Activation memory follows tokens: ~2 MB a token for SmolLM2-135M + LoRA on CPU."
+        },
+    )
 
     # -- TRL defaults that would claim behaviour AgentRLTrainer does not have: off, and rejected if set
     vllm_importance_sampling_correction: bool = field(
@@ -394,5 +401,7 @@ class AgentRLConfig(GRPOConfig):
             raise ValueError(f"dual_clip must be > 1 (AgentRL: 3) or None; got {self.dual_clip}")
         if self.micro_batch_rows < 1:
             raise ValueError("micro_batch_rows must be at least 1")
+        if self.micro_batch_tokens < 0:
+            raise ValueError("micro_batch_tokens must be 0 (no token cap) or positive")
         if self.max_completion_length is None or self.max_completion_length < 1:
             raise ValueError("max_completion_length (tokens per assistant turn) must be set")

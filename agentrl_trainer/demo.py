@@ -26,6 +26,7 @@ something to balance) were checked by one ``easy-val`` run before the ``easy-tes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -34,11 +35,12 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -53,7 +55,7 @@ from .evaluate import evaluate, summarize
 from .rollout import RolloutSettings
 from .trainer import AgentRLTrainer
 
-__all__ = ["main"]
+__all__ = ["Outcome", "main", "train_and_evaluate"]
 
 log = logging.getLogger("agentrl_trainer.demo")
 
@@ -111,6 +113,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--max-turn-tokens", type=int, default=48)
     p.add_argument("--max-turns", type=int, default=5, help="cap on rounds (each sample also has its own limit)")
+    p.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=4096,
+        help="most padded tokens per forward/backward pass (activation memory: ~2 MB a token on CPU)",
+    )
     p.add_argument("--lag-steps", type=int, default=4)
     p.add_argument("--lagging-prob", type=float, default=0.25)
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0 skips the reference pass, to save CPU time)")
@@ -248,7 +256,8 @@ def in_own_thread(fn: Callable[[], Any], threads: int | None = None) -> Any:
         except BaseException as e:  # handed to the caller
             result["error"] = e
 
-    t = threading.Thread(target=run, name="phase")
+    # a daemon, so a SIGTERM/Ctrl-C that unwinds the main thread does not wait for it to finish
+    t = threading.Thread(target=run, name="phase", daemon=True)
     t.start()
     t.join()
     if "error" in result:
@@ -369,10 +378,72 @@ def trainer_config(a: argparse.Namespace, out: Path, **overrides: Any) -> AgentR
         report_to=[],
         seed=a.seed,
         micro_batch_rows=8,
+        micro_batch_tokens=a.micro_batch_tokens,
         temperature=a.temperature,
         gradient_checkpointing=False,  # lets the forward share the prompts' head (see logprobs.py)
     )
     return AgentRLConfig(**{**fields, **overrides})
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What :func:`train_and_evaluate` did: the trainer (its ``step_log`` holds every step's
+    metrics), its config, the held-out samples and both evaluation tables."""
+
+    trainer: AgentRLTrainer
+    args: AgentRLConfig
+    samples: dict[str, list[Any]]
+    base: dict[str, Any]
+    trained: dict[str, Any]
+    train_seconds: float
+
+
+def train_and_evaluate(
+    a: argparse.Namespace,
+    out: Path,
+    *,
+    overrides: dict[str, Any] | None = None,
+    base: dict[str, Any] | None = None,
+    callbacks: list[TrainerCallback] | None = None,
+) -> Outcome:
+    """The demo's sequence for the arguments ``a``: evaluate the base model on the first
+    ``a.eval_samples`` samples of each task's ``a.eval_split`` (skipped when ``base`` is given:
+    greedy evaluation of the same weights is deterministic), train, evaluate the trained model on
+    the same samples the same way. ``overrides`` replace trainer config fields (the ablations'
+    conditions)."""
+    one_heavy_thread()
+    args = trainer_config(a, out, **(overrides or {}))
+    trainer = AgentRLTrainer(args, callbacks=callbacks or [])
+    # held-out episodes are played exactly as training ones, at the evaluation's temperature
+    settings = dataclasses.replace(trainer.rollout_settings(), temperature=a.eval_temperature)
+    with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
+        samples = _held_out(eval_stack.url, a.tasks, a.eval_samples)
+        if base is None:  # the fresh LoRA adapter is the identity: this is the base model
+            base = _eval(trainer, eval_stack.url, samples, settings, "base")
+        t0 = time.monotonic()
+        in_own_thread(trainer.train)
+        train_seconds = time.monotonic() - t0
+        trained = _eval(trainer, eval_stack.url, samples, settings, "trained")
+    return Outcome(trainer, args, samples, base, trained, train_seconds)
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Within the block, SIGTERM unwinds the main thread like Ctrl-C (``SystemExit(143)``), so
+    the LocalStack's controller and workers are stopped rather than left running without their
+    parent. Restores the previous handler; a no-op off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -385,18 +456,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
     command = shlex.join([Path(sys.executable).name, "-m", "agentrl_trainer.demo", *(sys.argv[1:] if argv is None else argv)])
     git_info = git_state()
-    one_heavy_thread()
-    args = trainer_config(a, out)
-    trainer = AgentRLTrainer(args, callbacks=[TimeBudget(a.train_seconds)] if a.train_seconds > 0 else [])
-    # held-out episodes are played exactly as training ones, at the evaluation's temperature
-    settings = dataclasses.replace(trainer.rollout_settings(), temperature=a.eval_temperature)
-    with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
-        samples = _held_out(eval_stack.url, a.tasks, a.eval_samples)
-        base = _eval(trainer, eval_stack.url, samples, settings, "base")
-        t0 = time.monotonic()
-        in_own_thread(trainer.train)
-        train_seconds = time.monotonic() - t0
-        trained = _eval(trainer, eval_stack.url, samples, settings, "trained")
+    with sigterm_unwinds():
+        o = train_and_evaluate(a, out, callbacks=[TimeBudget(a.train_seconds)] if a.train_seconds > 0 else [])
+    trainer, args, base, trained, train_seconds = o.trainer, o.args, o.base, o.trained, o.train_seconds
     trainer.save_model(str(out / "adapter"))
     diff = trained["mean_reward"] - base["mean_reward"]
     combined = math.sqrt(base["stderr"] ** 2 + trained["stderr"] ** 2)

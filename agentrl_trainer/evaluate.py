@@ -8,7 +8,9 @@ overall. Infrastructure failures are retried, never scored.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +20,8 @@ from agentrl_envs.schema import SampleIndex
 from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode
 
 __all__ = ["evaluate", "summarize"]
+
+log = logging.getLogger(__name__)
 
 
 async def _evaluate(
@@ -38,15 +42,24 @@ async def _evaluate(
         for n, (task, index) in enumerate((t, i) for t, idx in samples.items() for i in idx)
         for r in range(repeats)
     ]
+    done, successes, started = 0, 0, time.monotonic()
+    every = max(1, len(specs) // 10)  # progress at each tenth: an evaluation can take many minutes
     async with AsyncControllerClient(controller_url) as client:
 
         async def one(spec: EpisodeSpec) -> Episode:
+            nonlocal done, successes
             async with gate:
                 for _ in range(retries + 1):
                     ep = await run_episode(client, spec, lambda _turn: choice, tokenizer, list(stop_token_ids), settings)
                     if not ep.infra_failure:
                         break
-                return ep
+            done += 1
+            successes += ep.reward >= 1.0
+            if done % every == 0 or done == len(specs):
+                log.info(
+                    "evaluated %d/%d episodes (%d successes) in %.0f s", done, len(specs), successes, time.monotonic() - started
+                )
+            return ep
 
         return list(await asyncio.gather(*(one(s) for s in specs)))
 

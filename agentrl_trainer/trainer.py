@@ -41,7 +41,7 @@ from agentrl_envs.client import ControllerClient
 from agentrl_envs.stack import LocalStack
 
 from .advantages import shape_reward
-from .batch import TrainBatch, build_batch
+from .batch import TrainBatch, build_batch, micro_batches
 from .config import AgentRLConfig
 from .distributed import (
     build_copy,
@@ -445,7 +445,7 @@ class AgentRLTrainer(GRPOTrainer):
         # Rows with the same head (one task's system prompt and tools) go in the same micro-batch,
         # so the forward can share it; the loss does not depend on the order.
         order = sorted(range(n), key=lambda r: (batch.row_task[r], batch.input_ids[r, :64].tolist()))
-        chunks = [order[start : start + step_rows] for start in range(0, n, step_rows)]
+        chunks = micro_batches(order, batch.row_lengths().tolist(), step_rows, self.agentrl_args.micro_batch_tokens)
         normalizer, planned = self._step_plan(total, len(chunks))
         for i in range(planned):
             padding = i >= len(chunks)  # a repeat of the first micro-batch, weighted 0

@@ -96,28 +96,21 @@ def _mean_se(values: list[float]) -> tuple[float, float]:
 
 def run_one(a: argparse.Namespace, condition: str, seed: int, out: Path, base_path: Path) -> dict[str, Any]:
     """Train one (condition, seed) and evaluate it; writes and returns its record."""
-    import dataclasses
-
-    from agentrl_envs.stack import LocalStack
-    from agentrl_trainer.demo import _eval, _held_out, git_state, in_own_thread, one_heavy_thread, trainer_config
-    from agentrl_trainer.trainer import AgentRLTrainer
+    from agentrl_trainer.demo import git_state, sigterm_unwinds, train_and_evaluate
 
     d = demo_namespace(a)
     d.seed = seed
-    work = out / "work" / f"{condition}-s{seed}"
-    one_heavy_thread()
-    args = trainer_config(d, work, **CONDITIONS[condition])
-    trainer = AgentRLTrainer(args)
-    settings = dataclasses.replace(trainer.rollout_settings(), temperature=d.eval_temperature)
-    with LocalStack(d.tasks, split=d.eval_split) as stack:
-        samples = _held_out(stack.url, d.tasks, d.eval_samples)
-        if not base_path.exists():  # the fresh LoRA adapter is the identity: this is the base model
-            base = _eval(trainer, stack.url, samples, settings, "base")
-            base_path.write_text(json.dumps({"samples": samples, "eval": base}, indent=1))
-        started = time.monotonic()
-        in_own_thread(trainer.train)
-        train_seconds = time.monotonic() - started
-        trained = _eval(trainer, stack.url, samples, settings, f"{condition}-s{seed}")
+    base = None
+    if base_path.exists():  # evaluated by an earlier run of this sweep: it must be the same held-out set
+        recorded = json.loads(base_path.read_text())
+        if sorted(recorded["samples"]) != sorted(d.tasks) or any(len(v) != d.eval_samples for v in recorded["samples"].values()):
+            raise SystemExit(f"{base_path} was evaluated on other tasks or sample counts; use another --out")
+        base = recorded["eval"]
+    with sigterm_unwinds():
+        o = train_and_evaluate(d, out / "work" / f"{condition}-s{seed}", overrides=CONDITIONS[condition], base=base)
+    if base is None:
+        base_path.write_text(json.dumps({"samples": o.samples, "eval": o.base}, indent=1))
+    trainer, args, trained, train_seconds = o.trainer, o.args, o.trained, o.train_seconds
     steps = trainer.step_log
     episodes = sum(s.get("rollout/episodes", 0) for s in steps)
     idle = [s["rollout/engine_idle_fraction"] for s in steps if "rollout/engine_idle_fraction" in s]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from agentrl_trainer.batch import build_batch
+from agentrl_trainer.batch import build_batch, micro_batches
 from agentrl_trainer.pipeline import Group, GroupBuffer, TaskSampler
 from agentrl_trainer.rollout import Episode, EpisodeSpec
 from agentrl_trainer.trajectory import Segment
@@ -148,7 +148,23 @@ def test_rows_trims_to_the_longest_sequence() -> None:
     assert rows["loss_mask"].tolist() == [[0, 0, 1]]
     assert rows["old_logprobs"].tolist() == [[0.0, 0.0, -1.0]]
     assert set(rows) == {"input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages"}
-    assert b.rows(0, 2)["input_ids"].shape == (2, 4)
+    # row 0's last token (8) follows its last trained token: it cannot change a trained logprob
+    assert b.rows(0, 2)["input_ids"].tolist() == [[5, 6, 7], [5, 6, 9]]
+    assert b.row_lengths().tolist() == [3, 3]
+
+
+def test_micro_batches_cap_rows_and_padded_tokens() -> None:
+    lengths = [100, 90, 400, 50, 60, 1000, 10]
+    order = [6, 0, 1, 3, 4, 2, 5]
+    assert micro_batches(order, lengths, max_rows=3) == [[6, 0, 1], [3, 4, 2], [5]]
+    # padded tokens = rows x longest: [6,0,1] is 3 x 100 = 300; adding 3 would be fine (4 x 100),
+    # but max_rows caps at 3; then 3, 4 (2 x 60 = 120), 2 makes 3 x 400 = 1200 > 500
+    assert micro_batches(order, lengths, max_rows=3, max_tokens=500) == [[6, 0, 1], [3, 4], [2], [5]]
+    # a row longer than the cap goes alone; no row is lost or repeated
+    chunks = micro_batches(order, lengths, max_rows=8, max_tokens=200)
+    assert chunks == [[6, 0], [1, 3], [4], [2], [5]]
+    assert sorted(r for c in chunks for r in c) == sorted(order)
+    assert all(len(c) * max(lengths[r] for r in c) <= 200 or len(c) == 1 for c in chunks)
 
 
 def test_build_batch_rejects_unusable_input() -> None:

@@ -67,6 +67,7 @@ def test_group_size_comes_from_num_generations(tmp_path: Path) -> None:
         ({"lag_steps": 0}, "lag_steps must be at least 1"),
         ({"num_engines": 0}, "num_engines must be at least 1"),
         ({"micro_batch_rows": 0}, "micro_batch_rows must be at least 1"),
+        ({"micro_batch_tokens": -1}, "micro_batch_tokens must be 0"),
     ],
 )
 def test_validation_messages(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
