@@ -28,7 +28,7 @@ HONOURED_FIELDS: dict[str, str] = {
     "max_steps": "transformers' Trainer: optimizer steps, one dynamic batch each",
     "seed": "set_seed, the TaskSampler's draws and the pipeline's engine choice",
     "per_device_train_batch_size": "set to num_generations: the dataloader only ticks the step loop (any other value is rejected)",
-    "gradient_accumulation_steps": "must be 1: a step trains on the whole dynamic batch (micro_batch_rows bounds memory)",
+    "gradient_accumulation_steps": "must be 1: a step trains on the whole dynamic batch (micro_batch_rows and micro_batch_tokens bound memory)",
     "model_init_kwargs": "TRL's GRPOTrainer.__init__ loads the policy (and the reference) with them",
     "trust_remote_code": "TRL's GRPOTrainer.__init__ when it loads the policy",
     "disable_dropout": "TRL's GRPOTrainer.__init__ (policy and reference)",
@@ -119,7 +119,7 @@ _REJECTED_GROUPS: dict[str, str] = {
     "data_seed train_sampling_strategy length_column_name label_names shuffle_dataset": _NO_DATASET,
     "pad_to_multiple_of": "batch.build_batch pads each step's rows to the longest one; padding to a multiple is not implemented",
     "include_num_input_tokens_seen": "the dataloader carries no tokens; the step's trained tokens are logged as rollout/trained_tokens",
-    "auto_find_batch_size": "the batch is whole GRPO groups; bound memory with micro_batch_rows",
+    "auto_find_batch_size": "the batch is whole GRPO groups; bound memory with micro_batch_rows and micro_batch_tokens",
     "average_tokens_across_devices": "the loss is a token-mean over the step's batch (see loss_type); its normalizer is not configurable",
     "eval_strategy eval_steps eval_delay per_device_eval_batch_size prediction_loss_only eval_on_start "
     "eval_do_concat_batches eval_use_gather_object eval_accumulation_steps include_for_metrics batch_eval_metrics "
