@@ -24,7 +24,10 @@ printed table aggregate over seeds: the mean of the runs' held-out mean rewards 
 error over seeds, per task too, and for each idea the gap ``full - ablated`` against the
 comparison rule written in ``<out>/README.md`` before the runs.
 
-``--smoke`` runs one optimizer step per condition on tiny settings (the test suite runs it).
+Each run trains in a fresh child process (``--in-process`` keeps them in this one): a run's
+trainer, engines and allocator arenas hold ~18 GB at the peak on the CPU, returned only when its
+process ends. ``--smoke`` runs one optimizer step per condition on tiny settings (the test suite
+runs it).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import json
 import logging
 import math
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,6 +66,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-samples", type=int, default=60, help="held-out samples per task (one greedy episode each)")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--smoke", action="store_true", help="one step per condition, tiny settings (for tests)")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="train every run in this process (default: each run in a fresh child process, so that one "
+        "run's memory, ~18 GB at the peak on the CPU, is returned before the next starts)",
+    )
+    p.add_argument("--run-one", nargs=2, metavar=("CONDITION", "SEED"), help=argparse.SUPPRESS)
     p.add_argument(
         "demo_args",
         nargs=argparse.REMAINDER,
@@ -133,6 +144,27 @@ def run_one(a: argparse.Namespace, condition: str, seed: int, out: Path, base_pa
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
     return record
+
+
+def run_child(argv: list[str] | None, condition: str, seed: int, out: Path) -> dict[str, Any]:
+    """``run_one`` in a fresh Python process (same arguments); returns the record it wrote."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--" in args:  # the demo's extra arguments stay last
+        cut = args.index("--")
+        args = [*args[:cut], "--run-one", condition, str(seed), *args[cut:]]
+    else:
+        args += ["--run-one", condition, str(seed)]
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args])
+    try:
+        code = proc.wait()
+    except BaseException:  # Ctrl-C / SIGTERM here: the child unwinds too and stops its controller and workers
+        proc.terminate()
+        proc.wait(timeout=120)
+        raise
+    path = out / "runs" / f"{condition}-s{seed}.json"
+    if code != 0 or not path.exists():
+        raise SystemExit(f"run {condition} seed {seed} failed (exit {code}); rerun to resume from the records")
+    return json.loads(path.read_text())
 
 
 def summarize(out: Path, conditions: list[str]) -> dict[str, Any]:
@@ -213,6 +245,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     base_path = out / "base.json"
+    from agentrl_trainer.demo import sigterm_unwinds
+
+    if a.run_one:  # the child process of one run (see --in-process)
+        condition, seed = a.run_one[0], int(a.run_one[1])
+        run_one(a, condition, seed, out, base_path)
+        return {}
+    with sigterm_unwinds():
+        return sweep(a, argv, out, base_path)
+
+
+def sweep(a: argparse.Namespace, argv: list[str] | None, out: Path, base_path: Path) -> dict[str, Any]:
+    """Every (seed, condition) without a record, then the summary."""
     total = len(a.conditions) * len(a.seeds)
     n = 0
     for seed in a.seeds:  # seed-major: an interrupted sweep has every condition at the first seeds
@@ -223,7 +267,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 continue
             print(f"[{n}/{total}] {condition} seed {seed}: training {a.steps} steps", flush=True)
             started = time.monotonic()
-            r = run_one(a, condition, seed, out, base_path)
+            r = run_one(a, condition, seed, out, base_path) if a.in_process else run_child(argv, condition, seed, out)
             print(
                 f"[{n}/{total}] {condition} seed {seed}: held-out {r['trained']['mean_reward']:.3f} ± "
                 f"{r['trained']['stderr']:.3f}, {r['trajectories_per_s']:.2f} traj/s, {time.monotonic() - started:.0f} s",
