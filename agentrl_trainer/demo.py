@@ -52,6 +52,7 @@ from agentrl_envs.stack import LocalStack
 
 from .config import AgentRLConfig
 from .evaluate import evaluate, summarize
+from .memory import release_freed_memory
 from .rollout import RolloutSettings
 from .trainer import AgentRLTrainer
 
@@ -423,6 +424,7 @@ def train_and_evaluate(
         t0 = time.monotonic()
         in_own_thread(trainer.train)
         train_seconds = time.monotonic() - t0
+        release_freed_memory()  # training's arenas, before the evaluation engine allocates (memory.py)
         trained = _eval(trainer, eval_stack.url, samples, settings, "trained")
     return Outcome(trainer, args, samples, base, trained, train_seconds)
 

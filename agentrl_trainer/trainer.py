@@ -55,6 +55,7 @@ from .distributed import (
 from .engines import LocalEngine
 from .logprobs import token_logprobs
 from .loss import policy_loss
+from .memory import release_freed_memory
 from .pipeline import Group, PipelineEngine, RolloutPipeline, TaskSampler
 from .rollout import RolloutSettings
 
@@ -466,4 +467,6 @@ class AgentRLTrainer(GRPOTrainer):
             self.step_log[-1].update({f"loss/{k}": v for k, v in sums.items()})
             self.step_log[-1]["loss"] = float(loss_total)
             self.step_log[-1]["time/train_s"] = time.monotonic() - started
+        if self.accelerator.device.type == "cpu":
+            release_freed_memory()  # the step's activations, before the engines' arenas grow (memory.py)
         return loss_total
