@@ -107,7 +107,7 @@ def _mean_se(values: list[float]) -> tuple[float, float]:
 
 def run_one(a: argparse.Namespace, condition: str, seed: int, out: Path, base_path: Path) -> dict[str, Any]:
     """Train one (condition, seed) and evaluate it; writes and returns its record."""
-    from agentrl_trainer.demo import git_state, sigterm_unwinds, train_and_evaluate
+    from agentrl_trainer.demo import git_state, train_and_evaluate
 
     d = demo_namespace(a)
     d.seed = seed
@@ -117,8 +117,7 @@ def run_one(a: argparse.Namespace, condition: str, seed: int, out: Path, base_pa
         if sorted(recorded["samples"]) != sorted(d.tasks) or any(len(v) != d.eval_samples for v in recorded["samples"].values()):
             raise SystemExit(f"{base_path} was evaluated on other tasks or sample counts; use another --out")
         base = recorded["eval"]
-    with sigterm_unwinds():
-        o = train_and_evaluate(d, out / "work" / f"{condition}-s{seed}", overrides=CONDITIONS[condition], base=base)
+    o = train_and_evaluate(d, out / "work" / f"{condition}-s{seed}", overrides=CONDITIONS[condition], base=base)
     if base is None:
         base_path.write_text(json.dumps({"samples": o.samples, "eval": o.base}, indent=1))
     trainer, args, trained, train_seconds = o.trainer, o.args, o.trained, o.train_seconds
@@ -247,11 +246,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base_path = out / "base.json"
     from agentrl_trainer.demo import sigterm_unwinds
 
-    if a.run_one:  # the child process of one run (see --in-process)
-        condition, seed = a.run_one[0], int(a.run_one[1])
-        run_one(a, condition, seed, out, base_path)
-        return {}
-    with sigterm_unwinds():
+    with sigterm_unwinds():  # SIGTERM stops a run's controller and workers, in the child or in-process
+        if a.run_one:  # the child process of one run (see --in-process)
+            run_one(a, a.run_one[0], int(a.run_one[1]), out, base_path)
+            return {}
         return sweep(a, argv, out, base_path)
 
 
