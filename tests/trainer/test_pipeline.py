@@ -401,7 +401,9 @@ def test_turns_carry_the_version_of_the_engine_that_sampled_them(
     assert pipeline.publish(0, weights, every_engine=True) == [0, 1]  # the start of training
 
     def play_across_publish(word: str, step: int) -> list[int]:
-        script.open(word, 2)  # both first turns
+        # both first turns, by turn: a word-wide pass could go to an episode's second turn when
+        # it reaches its gate before its sibling's first turn has looked again (CI saw it hang)
+        script.open(word, 2, turn=0)
         wait_for(lambda: script.reached(word, 1) == 2 and script.waiting(word) == 2, f"{word}'s second turns wait")
         due = pipeline.publish(step, weights)
         script.open(word)
