@@ -51,7 +51,7 @@ eval: install
 		$(if $(wildcard $(OUTPUT)/config.json),$(if $(wildcard $(OUTPUT)/summary.json),,--resume $(OUTPUT)))
 
 test: install $(COMPAT)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
 
 lint: install
 	$(BIN)/ruff check agentrl_envs agentrl_trainer envs tests benchmarks
