@@ -256,7 +256,8 @@ def run_real_mode(mode: str, a: argparse.Namespace) -> dict[str, Any]:
 
 def run_real(a: argparse.Namespace) -> dict[str, Any]:
     config = {
-        "model": "SmolLM2-135M-Instruct (embedded), LoRA, fp32 on CPU",
+        "model": "SmolLM2-135M-Instruct (embedded), LoRA",
+        "device": None,
         "engines": a.real_engines,
         "group_size": a.real_group_size,
         "groups": a.real_groups,
@@ -271,6 +272,8 @@ def run_real(a: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     config["torch_threads"] = torch.get_num_threads()
+    # the trainer puts the model (and the engines' copies) where accelerate finds a device
+    config["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     out: dict[str, Any] = {"config": config, "simulation": False}
     for mode in MODES:
         r = run_real_mode(mode, a)
