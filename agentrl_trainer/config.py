@@ -196,7 +196,9 @@ class AgentRLConfig(GRPOConfig):
 
     > Engines and cross-policy sampling
 
-    - **engine**: `"transformers"` or `"vllm"`; **num_engines**, **engine_max_batch**.
+    - **engine**: `"transformers"` or `"vllm"`; **num_engines**, **engine_max_batch**;
+      **engine_device**: where the transformers engines' copies of the model live (empty: with
+      the trained model; `"cpu"` samples on the CPU's cores while a GPU trains).
     - **lagging_fraction**, **lag_steps**, **lagging_prob**: lagging engines take new weights every
       `lag_steps` steps; each turn goes to one with probability `lagging_prob`.
 
@@ -287,6 +289,13 @@ class AgentRLConfig(GRPOConfig):
         },
     )
     engine_max_batch: int = field(default=32, metadata={"help": "Transformers engine: most turns sampled in one batch."})
+    engine_device: str = field(
+        default="",
+        metadata={
+            "help": "Transformers engine: the device of its model copy ('' = the trained model's; 'cpu' samples on the "
+            "CPU while a GPU trains: the packed CPU decoder, weights copied over after each sync)."
+        },
+    )
     lagging_fraction: float = field(
         default=0.25, metadata={"help": "Share of engines that lag (AgentRL: 0.25); rounded, never all."}
     )
@@ -375,6 +384,15 @@ class AgentRLConfig(GRPOConfig):
             raise ValueError(f"rollout_mode must be 'async' or 'sync', not {self.rollout_mode!r}")
         if self.engine not in ("transformers", "vllm"):
             raise ValueError(f"engine must be 'transformers' or 'vllm', not {self.engine!r}")
+        if self.engine_device:
+            if self.engine != "transformers":
+                raise ValueError("engine_device is for engine='transformers' (a vLLM server holds its own copy)")
+            import torch
+
+            try:
+                torch.device(self.engine_device)
+            except RuntimeError as e:
+                raise ValueError(f"engine_device {self.engine_device!r} is not a torch device ('cpu', 'cuda:1', ...)") from e
         if self.constrain_tool_calls and self.engine != "transformers":
             raise ValueError("constrain_tool_calls needs engine='transformers' (the vLLM engine does not support it yet)")
         if not self.tasks:

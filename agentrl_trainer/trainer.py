@@ -189,6 +189,8 @@ class AgentRLTrainer(GRPOTrainer):
         of a sharded module): under ZeRO-3/FSDP every process must call this at the same point.
         """
         model = build_copy(self.model)
+        if self.agentrl_args.engine_device:  # e.g. sample on the CPU's cores while the GPU trains
+            model = model.to(self.agentrl_args.engine_device)
         return LocalEngine.from_model(model, self.processing_class, max_batch=max_batch, name=name)
 
     def rollout_settings(self) -> RolloutSettings:

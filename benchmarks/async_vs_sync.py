@@ -211,6 +211,7 @@ def run_real_mode(mode: str, a: argparse.Namespace) -> dict[str, Any]:
             assistant_prefix='<tool_call>\n{"name": "',
             max_turns=a.real_max_turns,
             max_completion_length=a.real_max_tokens,
+            engine_device=a.real_engine_device,
             num_generations=a.real_group_size,
             max_groups_per_step=a.real_groups,
             min_groups_per_step=a.real_min_groups,
@@ -265,6 +266,7 @@ def run_real(a: argparse.Namespace) -> dict[str, Any]:
         "steps": a.real_steps,
         "max_turns": a.real_max_turns,
         "max_completion_length": a.real_max_tokens,
+        "engine_device": a.real_engine_device or "the trained model's",
         "lagging_fraction": a.lagging_fraction,
         "seed": a.seed,
         "torch_threads": None,
@@ -339,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     real.add_argument("--real-steps", type=int, default=3)
     real.add_argument("--real-max-turns", type=int, default=2)
     real.add_argument("--real-max-tokens", type=int, default=24, help="max_completion_length (tokens per turn)")
+    real.add_argument("--real-engine-device", default="", help="engine_device: e.g. cpu to sample on the CPU while a GPU trains")
     ap.add_argument("--output", default=str(Path(__file__).parent / "results" / "async_vs_sync.json"))
     a = ap.parse_args(argv)
     if a.quick:

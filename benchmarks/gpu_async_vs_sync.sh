@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Async vs sync on one GPU: benchmarks/async_vs_sync.py --part real (AgentRLTrainer, SmolLM2-135M
-# + LoRA, the transformers LocalEngine, the echo task) where accelerate finds CUDA, so training and
-# both engines' copies of the model are on the GPU. Same settings and optimizer steps per mode;
+# Async vs sync with a GPU: benchmarks/async_vs_sync.py --part real (AgentRLTrainer, SmolLM2-135M
+# + LoRA, the transformers LocalEngine, the echo task) where accelerate finds CUDA: training runs on
+# the GPU, the two engines' copies sample on the CPU's cores (engine_device=cpu: the chat layer's
+# decoder is CPU code; GPU sampling is vLLM's job). Same settings and optimizer steps per mode;
 # prints trajectories/s, engine idle fraction and the async/sync ratio, and writes
 # $OUT/async_vs_sync_gpu.json (else benchmarks/results/async_vs_sync_gpu.json).
 #
@@ -39,4 +40,4 @@ nvidia-smi -L || { echo "no nvidia-smi: this needs a CUDA machine"; exit 1; }
 # CPU defaults (the script's --real-* flags); no lagging engine, so only the scheduling differs.
 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 timeout "$BUDGET_S" "$PY" benchmarks/async_vs_sync.py --part real \
   --real-engines 2 --real-group-size 8 --real-groups 4 --real-min-groups 2 --real-steps "$STEPS" \
-  --real-max-turns 3 --real-max-tokens 48 --output "$OUT_DIR/async_vs_sync_gpu.json"
+  --real-max-turns 3 --real-max-tokens 48 --real-engine-device cpu --output "$OUT_DIR/async_vs_sync_gpu.json"

@@ -68,6 +68,8 @@ def test_group_size_comes_from_num_generations(tmp_path: Path) -> None:
         ({"num_engines": 0}, "num_engines must be at least 1"),
         ({"micro_batch_rows": 0}, "micro_batch_rows must be at least 1"),
         ({"micro_batch_tokens": -1}, "micro_batch_tokens must be 0"),
+        ({"engine_device": "gpu"}, "engine_device 'gpu' is not a torch device"),
+        ({"engine_device": "cpu", "engine": "vllm", "constrain_tool_calls": False}, "engine_device is for engine='transformers'"),
     ],
 )
 def test_validation_messages(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
@@ -78,6 +80,7 @@ def test_validation_messages(tmp_path: Path, kwargs: dict[str, Any], match: str)
 def test_valid_non_defaults_pass(tmp_path: Path) -> None:
     c = config(tmp_path, tasks=["db", "os"], task_weights=[2.0, 1.0], rollout_mode="sync", dual_clip=None, lagging_fraction=0.0)
     assert c.task_weights == [2.0, 1.0] and c.rollout_mode == "sync" and c.dual_clip is None
+    assert config(tmp_path, engine_device="cuda:1").engine_device == "cuda:1"  # checked by name, not against the machine
 
 
 def test_help_lists_the_agentrl_fields(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
