@@ -54,6 +54,11 @@ CONDITIONS: dict[str, dict[str, Any]] = {
 }
 #: idea -> the condition that removes it
 IDEAS = {"task advantage normalization": "no-task-norm", "lagging engines": "no-lagging", "async rollout": "sync"}
+#: idea -> the figures compared besides the held-out mean reward (README's rule: same 2 x SE test)
+SECONDARY = {
+    "task advantage normalization": ("weakest_task_gain", "task_gain_spread"),
+    "async rollout": ("trajectories_per_s", "engine_idle_fraction"),
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -197,8 +202,7 @@ def summarize(out: Path, conditions: list[str]) -> dict[str, Any]:
         for idea, ablated in IDEAS.items():
             if ablated not in table:
                 continue
-            (m1, s1), (m0, s0) = table["full"]["mean_reward"], table[ablated]["mean_reward"]
-            gap, se = m1 - m0, math.sqrt(s1**2 + s0**2)
+            gap, se = _gap(table["full"]["mean_reward"], table[ablated]["mean_reward"])
             verdict = (
                 "not measured"
                 if math.isnan(se)
@@ -209,6 +213,12 @@ def summarize(out: Path, conditions: list[str]) -> dict[str, Any]:
                 else "no difference"
             )
             verdicts[idea] = {"condition": ablated, "gap": gap, "combined_se": se, "verdict": verdict}
+            secondary = {}
+            for figure in SECONDARY.get(idea, ()):
+                g, e = _gap(table["full"][figure], table[ablated][figure])
+                secondary[figure] = {"gap": g, "combined_se": e, "verdict": _direction(g, e)}
+            if secondary:
+                verdicts[idea]["secondary"] = secondary
     summary = {
         "base": {"mean_reward": base["mean_reward"], "stderr": base["stderr"], "per_task": base["per_task"]},
         "conditions": table,
@@ -218,23 +228,57 @@ def summarize(out: Path, conditions: list[str]) -> dict[str, Any]:
     return summary
 
 
-def print_summary(summary: dict[str, Any]) -> None:
-    fmt = lambda ms: f"{ms[0]:.3f} ± {ms[1]:.3f}"  # noqa: E731
+def _gap(full: tuple[float, float], ablated: tuple[float, float]) -> tuple[float, float]:
+    """``full - ablated`` of two (mean, SE) pairs and the combined SE (NaN with one seed)."""
+    return full[0] - ablated[0], math.sqrt(full[1] ** 2 + ablated[1] ** 2)
+
+
+def _direction(gap: float, se: float) -> str:
+    """The 2 x SE rule on a figure where higher is not "better" by itself (spread, idle, rate)."""
+    if math.isnan(se):
+        return "not measured"
+    return "full higher" if gap > 2 * se else "full lower" if gap < -2 * se else "no difference"
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    """The summary as Markdown: the table over conditions (mean ± SE over seeds) and the verdicts."""
+    fmt = lambda ms: f"{ms[0]:.3f} ± {ms[1]:.3f}" if not math.isnan(ms[1]) else f"{ms[0]:.3f}"  # noqa: E731
     base = summary["base"]
     tasks = list(base["per_task"])
-    print(f"\nbase: {base['mean_reward']:.3f} ± {base['stderr']:.3f}")
-    print("| condition | seeds | mean reward | " + " | ".join(tasks) + " | weakest-task gain | traj/s | engine idle |")
-    print("|---|---|---|" + "---|" * len(tasks) + "---|---|---|")
+    lines = [
+        f"Base model: {base['mean_reward']:.3f} ± {base['stderr']:.3f} (SE over episodes); "
+        + ", ".join(f"{t} {base['per_task'][t]['mean_reward']:.3f}" for t in tasks)
+        + ". Below: mean ± SE over seeds (one seed: the mean alone).",
+        "",
+        "| condition | seeds | steps | held-out mean reward | "
+        + " | ".join(tasks)
+        + " | weakest-task gain | spread of task gains | trajectories/s | engine idle |",
+        "|---|---|---|---|" + "---|" * len(tasks) + "---|---|---|---|",
+    ]
     for c, row in summary["conditions"].items():
         cells = [fmt(row["per_task"][t]) for t in tasks]
-        print(
-            f"| {c} | {len(row['seeds'])} | {fmt(row['mean_reward'])} | "
+        lines.append(
+            f"| {c} | {len(row['seeds'])} | {'/'.join(map(str, row['steps']))} | {fmt(row['mean_reward'])} | "
             + " | ".join(cells)
-            + f" | {fmt(row['weakest_task_gain'])} | "
+            + f" | {fmt(row['weakest_task_gain'])} | {fmt(row['task_gain_spread'])} | "
             f"{fmt(row['trajectories_per_s'])} | {fmt(row['engine_idle_fraction'])} |"
         )
+    lines.append("")
     for idea, v in summary["verdicts"].items():
-        print(f"{idea}: full - {v['condition']} = {v['gap']:+.3f} (2 x combined SE {2 * v['combined_se']:.3f}): {v['verdict']}")
+        lines.append(
+            f"* **{idea}** (full − {v['condition']}): held-out mean reward {v['gap']:+.3f}, "
+            f"2 × combined SE {2 * v['combined_se']:.3f}: **{v['verdict']}**"
+        )
+        for figure, w in v.get("secondary", {}).items():
+            lines.append(
+                f"  * {figure.replace('_', ' ')}: {w['gap']:+.3f}, 2 × combined SE {2 * w['combined_se']:.3f}: {w['verdict']}"
+            )
+    return "\n".join(lines)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    print()
+    print(render_markdown(summary))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
