@@ -191,7 +191,7 @@ class AgentRLConfig(GRPOConfig):
 
     - **rollout_mode**: `"async"` (rollout and training overlap) or `"sync"` (the baseline).
     - **min_groups_per_step**, **max_groups_per_step**, **queue_capacity_groups**: the dynamic batch.
-    - **max_turns**, **max_context_length**, **assistant_prefix**, **constrain_tool_calls**,
+    - **max_turns**, **max_context_length**, **assistant_prefix**, **constrain_tool_calls**, **close_calls_in_budget**,
       **text_answer_tasks**, **incomplete_reward**.
 
     > Engines and cross-policy sampling
@@ -267,6 +267,14 @@ class AgentRLConfig(GRPOConfig):
         metadata={
             "help": "Sample every turn under a tool-call grammar (xgrammar): exactly one well-formed call to one of "
             "the episode's tools. Tokens keep mask 1 and their unconstrained logprobs. Transformers engine only."
+        },
+    )
+    close_calls_in_budget: bool = field(
+        default=False,
+        metadata={
+            "help": "Under constrain_tool_calls: when a turn's tokens left just suffice to complete the call it has "
+            "open (end the string, the object, ...), sample only those tokens, so the call ends well-formed instead "
+            "of cut at max_completion_length."
         },
     )
     text_answer_tasks: list[str] = field(
@@ -393,6 +401,8 @@ class AgentRLConfig(GRPOConfig):
                 torch.device(self.engine_device)
             except RuntimeError as e:
                 raise ValueError(f"engine_device {self.engine_device!r} is not a torch device ('cpu', 'cuda:1', ...)") from e
+        if self.close_calls_in_budget and not self.constrain_tool_calls:
+            raise ValueError("close_calls_in_budget needs constrain_tool_calls (it completes calls under the grammar)")
         if self.constrain_tool_calls and self.engine != "transformers":
             raise ValueError("constrain_tool_calls needs engine='transformers' (the vLLM engine does not support it yet)")
         if not self.tasks:

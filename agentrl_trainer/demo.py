@@ -130,6 +130,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="sample every turn under the tool-call grammar (exactly one well-formed call)",
     )
     p.add_argument(
+        "--close-calls-in-budget",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="complete a call still open when a turn's tokens are nearly spent (else it is cut, invalid)",
+    )
+    p.add_argument(
         "--assistant-prefix",
         default="",
         help=f"forced opening of each turn (mask 0), e.g. {TOOL_CALL_OPENING!r} with --no-constrain-tool-calls",
@@ -366,6 +372,7 @@ def trainer_config(a: argparse.Namespace, out: Path, **overrides: Any) -> AgentR
         max_context_length=2048,
         assistant_prefix=a.assistant_prefix,
         constrain_tool_calls=a.constrain_tool_calls,
+        close_calls_in_budget=a.close_calls_in_budget,
         learning_rate=a.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,

@@ -74,10 +74,12 @@ class RolloutEngine(Protocol):
         tools: Any = None,
         *,
         call_required: bool = True,
+        close_in_budget: bool = False,
     ) -> tuple[list[int], list[float]]:
         """Sample a turn; with ``tools``, under their tool-call grammar: exactly one well-formed
-        call (``call_required``), or text in which any call opened is well-formed (``auto``).
-        ``call_required`` is only passed along with ``tools``."""
+        call (``call_required``), or text in which any call opened is well-formed (``auto``);
+        ``close_in_budget``: a call still open when the tokens left just suffice is completed.
+        ``call_required`` and ``close_in_budget`` are only passed along with ``tools``."""
         ...
 
 
@@ -110,6 +112,8 @@ class RolloutSettings:
     top_p: float = 1.0
     assistant_prefix: str = ""
     constrain_tool_calls: bool = False  # sample every turn under the tool-call grammar
+    # under the grammar: complete a call still open when the turn's tokens are nearly spent
+    close_calls_in_budget: bool = False
     # under the grammar, these tasks' turns may be text (any call still well-formed): their
     # episodes end with a text answer, which the "required" grammar could never produce
     text_answer_tasks: tuple[str, ...] = TEXT_ANSWER_TASKS
@@ -179,7 +183,13 @@ class TokenPolicy:
         choice = self.pick_engine(len(traj.turns))
         if s.constrain_tool_calls:
             ids, logprobs = await choice.engine.generate(
-                prompt, min(s.max_tokens, room), s.temperature, s.top_p, tools=self._tools, call_required=self.call_required
+                prompt,
+                min(s.max_tokens, room),
+                s.temperature,
+                s.top_p,
+                tools=self._tools,
+                call_required=self.call_required,
+                close_in_budget=s.close_calls_in_budget,
             )
         else:
             ids, logprobs = await choice.engine.generate(prompt, min(s.max_tokens, room), s.temperature, s.top_p)

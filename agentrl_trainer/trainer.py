@@ -204,6 +204,7 @@ class AgentRLTrainer(GRPOTrainer):
             top_p=args.top_p,
             assistant_prefix=args.assistant_prefix,
             constrain_tool_calls=args.constrain_tool_calls,
+            close_calls_in_budget=args.close_calls_in_budget,
             text_answer_tasks=tuple(args.text_answer_tasks),
         )
 

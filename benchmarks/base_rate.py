@@ -47,12 +47,17 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--max-turn-tokens", type=int, default=48)
     p.add_argument("--no-constrain", action="store_true", help="sample turns without the tool-call grammar")
+    p.add_argument("--close-calls", action="store_true", help="complete a call still open when a turn's tokens are nearly spent")
     p.add_argument("--out", default=str(RESULTS / "base_rate.json"))
     p.add_argument("--transcripts", type=int, default=4, help="episodes per task whose turns go into the JSON")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     settings = RolloutSettings(
-        max_tokens=a.max_turn_tokens, max_context=2048, temperature=a.temperature, constrain_tool_calls=not a.no_constrain
+        max_tokens=a.max_turn_tokens,
+        max_context=2048,
+        temperature=a.temperature,
+        constrain_tool_calls=not a.no_constrain,
+        close_calls_in_budget=a.close_calls,
     )
     engine = LocalEngine(TransformersEngine(a.model), max_batch=64)
     started = time.monotonic()
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
         "model": a.model or "SmolLM2-135M-Instruct",
         "temperature": a.temperature,
         "constrain_tool_calls": not a.no_constrain,
+        "close_calls_in_budget": a.close_calls,
         "text_answer_tasks": list(settings.text_answer_tasks),
         "max_turn_tokens": a.max_turn_tokens,
         "seconds": round(time.monotonic() - started, 1),

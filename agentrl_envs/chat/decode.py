@@ -43,6 +43,7 @@ __all__ = ["DecodeBatch", "DecodeRow", "PrefixCache", "StopReason", "prepare_row
 StopReason = Literal["stop", "length", "repetition", "deadline", "cancelled"]
 
 MIN_HEAD = 16  # a shared head shorter than this is not worth a separate pass
+CLOSE_LOOKAHEAD = 32  # tokens left from which a close_in_budget row plans the end of its call
 
 
 @dataclass(eq=False)
@@ -56,7 +57,10 @@ class DecodeRow:
     samples only tokens it allows. ``deadline`` (``time.monotonic()``) and ``repetition_window``
     (stop once the last that many tokens repeat a cycle of at most a quarter of it; 0: off) bound
     a degenerate completion. ``on_token(id)`` is called for every sampled id (streaming);
-    ``cancelled()`` true drops the row at the next step. ``stop_reason`` is set when the row ends:
+    ``cancelled()`` true drops the row at the next step. ``close_in_budget`` (with a matcher):
+    once the tokens left are just enough to complete the call (:meth:`.grammar.ToolCallGrammar.closing_tokens`:
+    end the open string, object, ...), the row takes those tokens and then a stop token, so a call
+    ends well-formed instead of being cut at ``max_tokens``. ``stop_reason`` is set when the row ends:
     ``stop`` (a stop token), ``length`` (``max_tokens`` or the context window), ``repetition``,
     ``deadline`` or ``cancelled``.
     """
@@ -71,6 +75,7 @@ class DecodeRow:
     repetition_window: int = 0
     on_token: Callable[[int], None] | None = None
     cancelled: Callable[[], bool] | None = None
+    close_in_budget: bool = False
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stop_reason: StopReason | None = None
@@ -174,6 +179,12 @@ def sample_tokens(
             rows[i].matcher.fill_next_token_bitmask(bitmask, i)
         masked = logits.clone()
         grammar.apply_bitmask(masked, bitmask, constrained)
+        for i in constrained:
+            must = _closing_ids(rows[i], grammar)
+            if must is not None and torch.isfinite(masked[i, must]).any():  # never mask a row entirely
+                keep = torch.zeros(masked.shape[1], dtype=torch.bool)
+                keep[must] = True
+                masked[i].masked_fill_(~keep, float("-inf"))
     tokens = torch.empty(B, dtype=torch.long)
     greedy = [i for i, r in enumerate(rows) if r.temperature <= 0]
     if greedy:
@@ -193,6 +204,20 @@ def sample_tokens(
             raise RuntimeError(f"the grammar rejected the token it allowed ({int(tokens[i])})")
     chosen = logits.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)  # (B,)
     return tokens, chosen
+
+
+def _closing_ids(row: DecodeRow, grammar: ToolCallGrammar) -> list[int] | None:
+    """The ids a ``close_in_budget`` row must choose from now to end its call within its tokens
+    left (the next token of the completion, or the stop ids once it is complete); ``None``: free."""
+    if not row.close_in_budget:
+        return None
+    left = row.max_tokens - len(row.completion_ids)
+    if left > CLOSE_LOOKAHEAD:
+        return None
+    plan = grammar.closing_tokens(row.matcher)
+    if plan is None or len(plan) + 1 < left:  # + 1: the stop token
+        return None
+    return plan[:1] if plan else list(grammar.stop_token_ids)
 
 
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 256) -> torch.Tensor:

@@ -31,6 +31,9 @@ __all__ = ["ToolCallGrammar", "tool_call_schema"]
 
 CALL_OPEN = "<tool_call>\n"
 CALL_CLOSE = "\n</tool_call>"
+#: what :meth:`ToolCallGrammar.closing_tokens` tries, in order, where the grammar allows more than
+#: one continuation: end a string, an object, an array, then the shortest value of each JSON type
+_CLOSERS = ('"', "}", "]", "0", "false", "null")
 
 
 def tool_call_schema(tools: Sequence[ToolDefinition | dict[str, Any]]) -> dict[str, Any]:
@@ -67,7 +70,9 @@ class ToolCallGrammar:
         except ImportError as e:  # pragma: no cover - xgrammar is part of the [local] extra
             raise ImportError("constrained tool calls need xgrammar: pip install 'agentrl-envs[local]'") from e
         self._xgr = xgr
+        self._tokenizer = tokenizer
         self.vocab_size = int(vocab_size)
+        self.stop_token_ids = sorted(stop_token_ids)
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=sorted(stop_token_ids))
         self._compiler = xgr.GrammarCompiler(info)
         self._cache: dict[str, Any] = {}
@@ -121,6 +126,42 @@ class ToolCallGrammar:
     def matcher(self, tools: Sequence[ToolDefinition | dict[str, Any]], required: bool = True) -> Any:
         """A fresh ``xgrammar.GrammarMatcher`` for one sequence (see :meth:`compiled`)."""
         return self._xgr.GrammarMatcher(self.compiled(tools, required))
+
+    def closing_tokens(self, matcher: Any, max_chars: int = 256) -> list[int] | None:
+        """The token ids that complete what ``matcher`` has accepted, the turn's stop token
+        excluded (the grammar accepts one right after them); ``None`` when no completion is found.
+
+        A completion is built from the grammar's forced continuations (``find_jump_forward_string``:
+        the rest of a call once its arguments are closed, a required key still missing) and, where
+        several continuations are allowed, the first of :data:`_CLOSERS` the grammar accepts: so an
+        open string is ended, then its object, and a missing value becomes ``""``, ``0``,
+        ``false`` or ``null``. ``matcher`` itself is not changed. Used to end a call within its
+        token budget (:attr:`.decode.DecodeRow.close_in_budget`).
+        """
+        m = matcher.fork()
+        text = ""
+        while len(text) <= max_chars:
+            if any(m.fork().accept_token(s) for s in self.stop_token_ids):
+                break
+            step = m.find_jump_forward_string()
+            if step:
+                m.accept_string(step)
+            else:
+                for closer in _CLOSERS:
+                    probe = m.fork()
+                    if probe.accept_string(closer):
+                        m, step = probe, closer
+                        break
+                else:
+                    return None
+            text += step
+        else:
+            return None
+        ids = list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []
+        check = matcher.fork()  # the text's own tokenization must be accepted token by token
+        if not all(check.accept_token(t) for t in ids) or not any(check.fork().accept_token(s) for s in self.stop_token_ids):
+            return None
+        return ids
 
     def allocate_bitmask(self, rows: int) -> Any:
         """A token bitmask for ``rows`` sequences (fill it with ``matcher.fill_next_token_bitmask``)."""

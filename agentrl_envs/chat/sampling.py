@@ -128,12 +128,14 @@ class BatchSampler:
         deadline: float | None = None,
         repetition_window: int = 0,
         on_token: Callable[[int], None] | None = None,
+        close_in_budget: bool = False,
     ) -> Completion:
         """One completion of ``prompt_ids`` (see :class:`.decode.DecodeRow` for the contract of
         each argument; ``deadline`` is a ``time.monotonic()`` time). Given ``tools``, it is sampled
         under their tool-call grammar: one call (``call_required``) or text in which any call is
-        well-formed (see :meth:`.grammar.ToolCallGrammar.compiled`). ``on_token`` is called in
-        the caller's event loop. Cancelling the awaiting task drops the row at the next step."""
+        well-formed (see :meth:`.grammar.ToolCallGrammar.compiled`); ``close_in_budget``: a call
+        still open when the tokens left just suffice is completed (:class:`.decode.DecodeRow`).
+        ``on_token`` is called in the caller's event loop. Cancelling the awaiting task drops the row at the next step."""
         if self._closed:
             raise RuntimeError("the sampler is closed")
         self.engine.check_prompt_length(prompt_ids)  # refused alone, not with the rows it would join
@@ -155,6 +157,7 @@ class BatchSampler:
             repetition_window=repetition_window,
             on_token=callback,
             cancelled=future.cancelled,
+            close_in_budget=close_in_budget,
         )
         self._queue.put(_Request(row, tools or None, call_required, future, loop))
         return await future

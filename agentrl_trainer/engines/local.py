@@ -22,7 +22,8 @@ class LocalEngine:
     then copies tensors into the model by parameter name, so no turn mixes two weight versions. A
     request with ``tools`` is sampled under the tool-call grammar (:mod:`agentrl_envs.chat.grammar`):
     exactly one well-formed call to one of them, or with ``call_required=False`` any text in which
-    a call, once opened, is well-formed.
+    a call, once opened, is well-formed; with ``close_in_budget`` a call still open when the turn's
+    tokens are nearly spent is completed rather than cut.
     """
 
     def __init__(
@@ -66,8 +67,11 @@ class LocalEngine:
         tools: Sequence[Any] | None = None,
         *,
         call_required: bool = True,
+        close_in_budget: bool = False,
     ) -> tuple[list[int], list[float]]:
-        done = await self.sampler.generate(prompt_ids, max_tokens, temperature, top_p, tools=tools, call_required=call_required)
+        done = await self.sampler.generate(
+            prompt_ids, max_tokens, temperature, top_p, tools=tools, call_required=call_required, close_in_budget=close_in_budget
+        )
         return done.completion_ids, done.logprobs
 
     def load_weights(self, named: Mapping[str, torch.Tensor], version: int) -> None:

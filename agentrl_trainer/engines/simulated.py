@@ -58,8 +58,9 @@ class SimulatedEngine:
         tools: Any = None,
         *,
         call_required: bool = True,
+        close_in_budget: bool = False,
     ) -> tuple[list[int], list[float]]:
-        # tools and call_required (a tool-call constraint) are ignored: the reply comes from ``respond``
+        # tools, call_required and close_in_budget (a tool-call constraint) are ignored: the reply comes from ``respond``
         with self._clock.busy():
             await asyncio.sleep(self.latency())
         text = self.respond(self.tokenizer.decode(prompt_ids))

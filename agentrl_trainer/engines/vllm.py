@@ -401,9 +401,11 @@ class VLLMEngine:
         tools: Any = None,
         *,
         call_required: bool = True,
+        close_in_budget: bool = False,
     ) -> tuple[list[int], list[float]]:
         """Sample one turn: ``(completion ids, their logprobs)``; see the module docstring.
-        ``call_required`` qualifies a grammar, which this engine refuses, so it is ignored."""
+        ``call_required`` and ``close_in_budget`` qualify a grammar, which this engine refuses, so
+        they are ignored."""
         if tools:
             raise VLLMEngineError(GRAMMAR_REFUSAL)
         if self._broken is not None:

@@ -175,3 +175,72 @@ def test_under_the_auto_grammar_a_call_the_model_opens_ends_well_formed(engine: 
                 args = json.loads(call.function.arguments)
                 assert set(args) == ({"query"} if call.function.name == "execute_sql" else {"answers"})
     assert stopped >= 2
+
+
+BASH = ToolDefinition(
+    function=FunctionDefinition(
+        name="bash_action",
+        description="Run a script.",
+        parameters={
+            "type": "object",
+            "properties": {"script": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["script", "n"],
+            "additionalProperties": False,
+        },
+    )
+)
+
+
+@pytest.mark.model
+def test_closing_tokens_complete_whatever_the_call_has_open(engine: TransformersEngine) -> None:
+    grammar = engine.tool_call_grammar()
+    tok = engine.tokenizer
+
+    def closing(tools: list[ToolDefinition], written: str) -> str | None:
+        matcher = grammar.matcher(tools)
+        assert matcher.accept_string(written)
+        ids = grammar.closing_tokens(matcher)
+        if ids is not None:  # the matcher is left as it was, and the completion ends the call
+            assert matcher.accept_string("x" if written.endswith(("SELECT * FROM", '"b', "ls -l")) else "")
+        return None if ids is None else tok.decode(ids)
+
+    opened = '<tool_call>\n{"name": "execute_sql", "arguments": {"query": "SELECT * FROM'
+    assert closing(TOOLS, opened) == '"}}\n</tool_call>'  # end the string, the arguments, the call
+    assert (
+        closing(TOOLS, '<tool_call>\n{"name": "commit_final_answer", "arguments": {"answers": ["a", "b') == '"]}}\n</tool_call>'
+    )
+    # a required key not written yet gets the shortest value of its type
+    assert closing([BASH], '<tool_call>\n{"name": "bash_action", "arguments": {"script": "ls -l') == '", "n": 0}}\n</tool_call>'
+    # from inside the name: the only tool it can be, and an empty string for its argument
+    assert closing(TOOLS, '<tool_call>\n{"name": "exec') == 'ute_sql", "arguments": {"query": ""}}\n</tool_call>'
+    assert closing(TOOLS, _call("execute_sql", {"query": "x"})) == ""  # complete: only the stop token is left
+    assert closing(TOOLS, '<tool_call>\n{"name": "') is None  # no tool's name starts with '"' or '}': no completion
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("close", [True, False])
+def test_a_row_that_babbles_inside_a_string_ends_its_call_in_budget(engine: TransformersEngine, close: bool) -> None:
+    """Logits that always prefer one word inside a string (a degenerate free-text argument):
+    with ``close_in_budget`` the row completes the call with its last tokens and a stop token,
+    else the call is cut at ``max_tokens`` and its arguments are not valid JSON."""
+    from agentrl_envs.chat.decode import DecodeRow, sample_tokens
+
+    grammar = engine.tool_call_grammar()
+    babble = engine.tokenizer(" again", add_special_tokens=False)["input_ids"][0]
+    logits = torch.randn(1, grammar.vocab_size, generator=torch.Generator().manual_seed(0))
+    logits[0, babble] = 50.0  # allowed only inside a string, where it always wins
+    row = DecodeRow([1, 2, 3], max_tokens=80, temperature=0.0, matcher=grammar.matcher(TOOLS), close_in_budget=close)
+    while not row.done:
+        tokens, chosen = sample_tokens(logits, [row], grammar)
+        row._accept(int(tokens[0]), float(chosen[0]), engine.stop_token_ids)
+    # the call's own text takes ~20 tokens and its end 8 + the stop token: the rest is babble
+    assert len(row.completion_ids) == 80 and row.completion_ids.count(babble) >= 30
+    names = [t.function.name for t in TOOLS]
+    parsed = parse_completion(engine.tokenizer.decode(row.completion_ids[:-1] if close else row.completion_ids), names)
+    if close:
+        assert row.stop_reason == "stop" and row.completion_ids[-1] in engine.stop_token_ids
+        assert len(parsed.tool_calls) == 1 and json.loads(parsed.tool_calls[0].function.arguments)  # valid JSON
+    else:  # the cut call is salvaged by name, but its arguments are not JSON (the task answers an error)
+        assert row.stop_reason == "length"
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(parsed.tool_calls[0].function.arguments)

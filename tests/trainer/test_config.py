@@ -69,6 +69,7 @@ def test_group_size_comes_from_num_generations(tmp_path: Path) -> None:
         ({"micro_batch_rows": 0}, "micro_batch_rows must be at least 1"),
         ({"micro_batch_tokens": -1}, "micro_batch_tokens must be 0"),
         ({"engine_device": "gpu"}, "engine_device 'gpu' is not a torch device"),
+        ({"close_calls_in_budget": True}, "close_calls_in_budget needs constrain_tool_calls"),
         ({"engine_device": "cpu", "engine": "vllm", "constrain_tool_calls": False}, "engine_device is for engine='transformers'"),
     ],
 )
