@@ -107,3 +107,26 @@ def test_a_text_answer_task_may_answer_in_text_the_others_must_call() -> None:
     assert "tool_calls" not in text_reply and "4" in text_reply["content"]
     assert [c["function"]["name"] for c in call_reply["tool_calls"]] == ["echo"]
     assert AgentRLConfig(output_dir="/tmp/x", tasks=["kg"], report_to=[]).text_answer_tasks == ["kg"]
+
+
+def test_close_calls_in_budget_ends_every_turn_with_a_valid_call() -> None:
+    """Hot sampling and a budget the echo call barely fits (its text ~17 tokens, its end 8 + the
+    stop token): with close_calls_in_budget every turn still ends with a stop token and one call
+    whose arguments are JSON."""
+    engine = LocalEngine(TransformersEngine(), max_batch=8)
+    tokenizer = engine.engine.tokenizer
+    settings = RolloutSettings(max_tokens=32, max_turns=2, temperature=1.5, constrain_tool_calls=True, close_calls_in_budget=True)
+    try:
+        with LocalStack(["echo"]) as stack:
+            with ControllerClient(stack.url) as c:
+                indices = c.get_indices("echo")[:6]
+            episodes = evaluate(stack.url, engine, tokenizer, engine.stop_token_ids, {"echo": indices}, settings)
+    finally:
+        engine.close()
+    turns = [ids for ep in episodes for ids in _completions(ep.trajectory.segments[-1])]
+    assert len(turns) >= 6
+    for ids in turns:
+        assert len(ids) <= 32 and ids[-1] in engine.stop_token_ids
+        calls = parse_completion(tokenizer.decode(ids[:-1]), ["echo"]).tool_calls
+        assert len(calls) == 1 and isinstance(json.loads(calls[0].function.arguments)["text"], str)
+    assert any(len(ids) == 32 for ids in turns)  # some turns used the whole budget and were closed in it
