@@ -3,7 +3,6 @@ from /proc of real processes (a child that burns CPU and writes to a pipe)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,18 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "session_scale.py"
+from script_helpers import load_benchmark
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/<pid>/io")
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_session_scale", BENCH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("session_scale")
 
 
 # writes one byte per ~WORK of CPU, for a while: a server whose every answer costs the same

@@ -3,24 +3,18 @@ one held-out greedy episode, then the summary and its verdicts."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
+from script_helpers import load_benchmark
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "ablations.py"
-
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_ablations", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("ablations")
 
 
 def test_one_step_per_condition_writes_every_record_and_the_summary(tmp_path: Path) -> None:

@@ -3,24 +3,19 @@ comparison rule (2 x combined SE over seeds) and the Markdown the README takes."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
+from script_helpers import load_benchmark
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "ablations.py"
 TASKS = ("db", "os")
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_ablations_summary", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("ablations")
 
 
 def write_run(out: Path, condition: str, seed: int, per_task: dict[str, float], rate: float, idle: float) -> None:

@@ -6,27 +6,22 @@ measurement to report, not a test outcome.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
+from script_helpers import load_benchmark
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "async_vs_sync.py"
 
 
 @pytest.mark.timeout(300)
 def test_sim_part_quick_writes_both_modes(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    spec = importlib.util.spec_from_file_location("bench_async_vs_sync", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("async_vs_sync")
 
     out = tmp_path / "async_vs_sync.json"
     assert bench.main(["--part", "sim", "--quick", "--output", str(out)]) == 0

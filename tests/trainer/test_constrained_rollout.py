@@ -32,17 +32,23 @@ def _completions(segment) -> list[list[int]]:  # runs of trained (mask 1) tokens
     return runs
 
 
-def test_every_turn_is_one_valid_call_and_keeps_mask_and_logprobs() -> None:
+def _play_echo(settings: RolloutSettings, samples: int) -> tuple[list, LocalEngine]:
+    """Episodes of the first ``samples`` echo samples with a fresh LocalEngine (closed after)."""
     engine = LocalEngine(TransformersEngine(), max_batch=8)
-    tokenizer = engine.engine.tokenizer
-    settings = RolloutSettings(max_tokens=48, max_turns=3, temperature=1.0, constrain_tool_calls=True)
     try:
         with LocalStack(["echo"]) as stack:
             with ControllerClient(stack.url) as c:
-                indices = c.get_indices("echo")[:4]
-            episodes = evaluate(stack.url, engine, tokenizer, engine.stop_token_ids, {"echo": indices}, settings)
+                indices = c.get_indices("echo")[:samples]
+            tokenizer = engine.engine.tokenizer
+            return evaluate(stack.url, engine, tokenizer, engine.stop_token_ids, {"echo": indices}, settings), engine
     finally:
         engine.close()
+
+
+def test_every_turn_is_one_valid_call_and_keeps_mask_and_logprobs() -> None:
+    settings = RolloutSettings(max_tokens=48, max_turns=3, temperature=1.0, constrain_tool_calls=True)
+    episodes, engine = _play_echo(settings, 4)
+    tokenizer = engine.engine.tokenizer
     turns = 0
     for ep in episodes:
         assert not ep.infra_failure and ep.trajectory is not None
@@ -113,16 +119,9 @@ def test_close_calls_in_budget_ends_every_turn_with_a_valid_call() -> None:
     """Hot sampling and a budget the echo call barely fits (its text ~17 tokens, its end 8 + the
     stop token): with close_calls_in_budget every turn still ends with a stop token and one call
     whose arguments are JSON."""
-    engine = LocalEngine(TransformersEngine(), max_batch=8)
-    tokenizer = engine.engine.tokenizer
     settings = RolloutSettings(max_tokens=32, max_turns=2, temperature=1.5, constrain_tool_calls=True, close_calls_in_budget=True)
-    try:
-        with LocalStack(["echo"]) as stack:
-            with ControllerClient(stack.url) as c:
-                indices = c.get_indices("echo")[:6]
-            episodes = evaluate(stack.url, engine, tokenizer, engine.stop_token_ids, {"echo": indices}, settings)
-    finally:
-        engine.close()
+    episodes, engine = _play_echo(settings, 6)
+    tokenizer = engine.engine.tokenizer
     turns = [ids for ep in episodes for ids in _completions(ep.trajectory.segments[-1])]
     assert len(turns) >= 6
     for ids in turns:
