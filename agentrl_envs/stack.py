@@ -2,7 +2,8 @@
 
 ``with LocalStack(["db", "echo"]) as stack: ... stack.url ...`` starts them on free loopback
 ports, waits until every task has a live worker, and on exit stops exactly the processes it
-started (SIGTERM, then SIGKILL after a grace period). Each process logs to a file in
+started (SIGTERM, then SIGKILL after a grace period); if this process dies without stopping them
+(SIGKILL, the OOM killer), they stop themselves (:func:`exit_with_parent`). Each process logs to a file in
 ``stack.log_dir``: a temporary dir, removed on a clean exit and kept after an error, unless the
 caller names one (kept). A start-up failure raises with the tail of the failing log.
 """
@@ -24,6 +25,32 @@ from typing import Any
 import httpx
 
 from .errors import InfrastructureError
+
+#: set in the environment of the processes LocalStack starts: the PID whose death ends them
+PARENT_ENV = "AGENTRL_ENVS_EXIT_WITH"
+
+
+def exit_with_parent(poll_s: float = 1.0, grace_s: float = 20.0) -> bool:
+    """In a controller or worker that a LocalStack started: end this process when the stack's
+    process dies without stopping it, so no controller or worker outlives its stack (they run in
+    sessions of their own, so nothing else would). SIGTERM to itself (the servers' graceful
+    shutdown), then a hard exit after ``grace_s``. Returns whether the watch was armed: only when
+    :data:`PARENT_ENV` names this process's parent (the variable is removed, so grandchildren do
+    not inherit it)."""
+    wanted = os.environ.pop(PARENT_ENV, "")
+    if not wanted.isdigit() or os.getppid() != int(wanted):
+        return False
+    parent = int(wanted)
+
+    def watch() -> None:
+        while os.getppid() == parent:  # reparented (to init or a subreaper) once the parent is gone
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -184,7 +211,7 @@ class LocalStack:
     def start(self) -> None:
         from .auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV
 
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
         if self.client_token:
             env[CLIENT_TOKEN_ENV] = self.client_token
         if self.worker_secret:

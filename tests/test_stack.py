@@ -1,13 +1,20 @@
-"""LocalStack: processes and temporary logs are gone after a clean exit; logs stay after an error."""
+"""LocalStack: processes and temporary logs are gone after a clean exit; logs stay after an error;
+its processes end when the process that started them is killed."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import httpx
 import pytest
 
-from agentrl_envs.stack import LocalStack
+from agentrl_envs.stack import PARENT_ENV, LocalStack, exit_with_parent
 
 
 def test_clean_exit_removes_processes_and_its_temporary_logs():
@@ -30,3 +37,49 @@ def test_an_error_inside_keeps_the_logs_and_a_named_dir_is_kept(tmp_path):
     with LocalStack(["echo"], log_dir=tmp_path / "logs"):
         pass
     assert (tmp_path / "logs" / "controller.log").exists()
+
+
+HOLDER = """
+import sys, time
+from agentrl_envs.stack import LocalStack
+stack = LocalStack(["echo"]).__enter__()
+print(" ".join(str(p.proc.pid) for p in stack.processes), flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (exited, not yet reaped by init) counts as gone
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.timeout(120)
+def test_a_stack_whose_process_is_killed_does_not_leave_its_processes_behind():
+    """SIGKILL (or the OOM killer) gives LocalStack no chance to stop its controller and workers,
+    which run in sessions of their own: they notice their parent is gone and stop themselves."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in holder.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)  # the controller and the echo worker
+        holder.kill()
+        holder.wait()
+        deadline = time.monotonic() + 60
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(p) for p in pids), "processes outlived their stack"
+    finally:
+        holder.kill()
+        for p in pids if "pids" in locals() else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_only_a_process_whose_parent_is_named_watches_it(monkeypatch):
+    monkeypatch.setenv(PARENT_ENV, str(os.getpid()))  # this process is not its own parent
+    assert exit_with_parent() is False and PARENT_ENV not in os.environ  # and it does not pass it on
+    monkeypatch.setenv(PARENT_ENV, "not-a-pid")
+    assert exit_with_parent() is False
