@@ -2,7 +2,9 @@
 # GPU smoke test of the vLLM path (issue 16, part 2), in ONE call of at most BUDGET_S seconds.
 #
 # STATUS: written and `bash -n`-checked only; it has NOT run yet (no GPU was lent when it was
-# written). The first run on a GPU is its test: read its output before quoting its figures.
+# written; the H200 lent on 2026-12-04 has no vllm and reaches no registry, and vllm's wheel is
+# far over the 64 MiB a call there carries, so benchmarks/gpu_async_vs_sync.sh ran instead). The
+# first run on a GPU is its test: read its output before quoting its figures.
 #
 # What it does, on a machine with CUDA, vllm and this repository installed (.venv or $PYTHON):
 #   1. starts `trl vllm-serve` (TRL 1.16: vLLM's server in dev mode, NCCL weight transfer,
