@@ -203,15 +203,9 @@ def summarize(out: Path, conditions: list[str]) -> dict[str, Any]:
             if ablated not in table:
                 continue
             gap, se = _gap(table["full"]["mean_reward"], table[ablated]["mean_reward"])
-            verdict = (
-                "not measured"
-                if math.isnan(se)
-                else "full better"
-                if gap > 2 * se
-                else "ablated better"
-                if gap < -2 * se
-                else "no difference"
-            )
+            # the same 2 x SE rule; for the reward, higher is better
+            direction = _direction(gap, se)
+            verdict = {"full higher": "full better", "full lower": "ablated better"}.get(direction, direction)
             verdicts[idea] = {"condition": ablated, "gap": gap, "combined_se": se, "verdict": verdict}
             secondary = {}
             for figure in SECONDARY.get(idea, ()):

@@ -62,6 +62,7 @@ def test_a_stack_whose_process_is_killed_does_not_leave_its_processes_behind():
     """SIGKILL (or the OOM killer) gives LocalStack no chance to stop its controller and workers,
     which run in sessions of their own: they notice their parent is gone and stop themselves."""
     holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
     try:
         pids = [int(p) for p in holder.stdout.readline().split()]
         assert len(pids) == 2 and all(_alive(p) for p in pids)  # the controller and the echo worker
@@ -73,7 +74,7 @@ def test_a_stack_whose_process_is_killed_does_not_leave_its_processes_behind():
         assert not any(_alive(p) for p in pids), "processes outlived their stack"
     finally:
         holder.kill()
-        for p in pids if "pids" in locals() else []:
+        for p in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
 

@@ -141,7 +141,7 @@ class ToolCallGrammar:
         m = matcher.fork()
         text = ""
         while len(text) <= max_chars:
-            if any(m.fork().accept_token(s) for s in self.stop_token_ids):
+            if self._may_stop(m):
                 break
             step = m.find_jump_forward_string()
             if step:
@@ -159,9 +159,13 @@ class ToolCallGrammar:
             return None
         ids = list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []
         check = matcher.fork()  # the text's own tokenization must be accepted token by token
-        if not all(check.accept_token(t) for t in ids) or not any(check.fork().accept_token(s) for s in self.stop_token_ids):
+        if not all(check.accept_token(t) for t in ids) or not self._may_stop(check):
             return None
         return ids
+
+    def _may_stop(self, matcher: Any) -> bool:
+        """Whether ``matcher`` accepts one of the stop tokens now (tried on a copy)."""
+        return any(matcher.fork().accept_token(s) for s in self.stop_token_ids)
 
     def allocate_bitmask(self, rows: int) -> Any:
         """A token bitmask for ``rows`` sequences (fill it with ``matcher.fill_next_token_bitmask``)."""
