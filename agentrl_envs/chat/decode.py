@@ -171,6 +171,7 @@ def sample_tokens(
     temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in rows])[:, None]  # (B, 1)
     logits = logits / temps
     constrained = [i for i, r in enumerate(rows) if r.matcher is not None]
+    plans: dict[int, list[int]] = {}  # close_in_budget rows near their end: the completion that fits now
     masked = logits
     if constrained:
         assert grammar is not None
@@ -180,11 +181,16 @@ def sample_tokens(
         masked = logits.clone()
         grammar.apply_bitmask(masked, bitmask, constrained)
         for i in constrained:
-            must = _closing_ids(rows[i], grammar)
-            if must is not None and torch.isfinite(masked[i, must]).any():  # never mask a row entirely
-                keep = torch.zeros(masked.shape[1], dtype=torch.bool)
-                keep[must] = True
-                masked[i].masked_fill_(~keep, float("-inf"))
+            plan = _closing_plan(rows[i], grammar)
+            if plan is None:
+                continue
+            plans[i] = plan
+            if len(plan) + 1 >= _tokens_left(rows[i]):  # only the completion (then a stop) still fits
+                must = plan[:1] if plan else list(grammar.stop_token_ids)
+                if torch.isfinite(masked[i, must]).any():  # never mask a row entirely
+                    keep = torch.zeros(masked.shape[1], dtype=torch.bool)
+                    keep[must] = True
+                    masked[i].masked_fill_(~keep, float("-inf"))
     tokens = torch.empty(B, dtype=torch.long)
     greedy = [i for i, r in enumerate(rows) if r.temperature <= 0]
     if greedy:
@@ -199,6 +205,9 @@ def sample_tokens(
                 sub[j] = top_p_filter(sub[j], rows[i].top_p)
         u = torch.cat([torch.rand(1, generator=rows[i]._generator) for i in sampled])  # (S,)
         tokens[pick] = inverse_cdf(torch.softmax(sub, dim=-1), u)
+    for i, plan in plans.items():
+        if not _still_closable(rows[i], grammar, int(tokens[i])):
+            tokens[i] = plan[0] if plan else grammar.stop_token_ids[0]
     for i in constrained:
         if not rows[i].matcher.accept_token(int(tokens[i])):
             raise RuntimeError(f"the grammar rejected the token it allowed ({int(tokens[i])})")
@@ -206,18 +215,34 @@ def sample_tokens(
     return tokens, chosen
 
 
-def _closing_ids(row: DecodeRow, grammar: ToolCallGrammar) -> list[int] | None:
-    """The ids a ``close_in_budget`` row must choose from now to end its call within its tokens
-    left (the next token of the completion, or the stop ids once it is complete); ``None``: free."""
-    if not row.close_in_budget:
+def _tokens_left(row: DecodeRow) -> int:
+    """Tokens ``row`` may still sample, this step's included."""
+    return row.max_tokens - len(row.completion_ids)
+
+
+def _closing_plan(row: DecodeRow, grammar: ToolCallGrammar) -> list[int] | None:
+    """For a ``close_in_budget`` row within :data:`CLOSE_LOOKAHEAD` tokens of its end, the ids that
+    complete its call from here (``[]``: complete, a stop token may follow); ``None``: the row
+    samples freely (not closing, far from its end, or no completion found)."""
+    if not row.close_in_budget or _tokens_left(row) > CLOSE_LOOKAHEAD:
         return None
-    left = row.max_tokens - len(row.completion_ids)
-    if left > CLOSE_LOOKAHEAD:
-        return None
-    plan = grammar.closing_tokens(row.matcher)
-    if plan is None or len(plan) + 1 < left:  # + 1: the stop token
-        return None
-    return plan[:1] if plan else list(grammar.stop_token_ids)
+    return grammar.closing_tokens(row.matcher)
+
+
+def _still_closable(row: DecodeRow, grammar: ToolCallGrammar, token: int) -> bool:
+    """Whether, after ``token``, the row's call can still be completed (then a stop token) within
+    its tokens left. One token can push the completion further than one step: a byte of a
+    multi-byte character (no quote may follow until the character is whole), ``\\u`` (four hex
+    digits owed), ``[{"`` (three closers owed). Such a token is replaced by the completion's next
+    one, so a row that entered its last :data:`CLOSE_LOOKAHEAD` tokens with a completion that fits
+    keeps one that fits to its end."""
+    if token in grammar.stop_token_ids:
+        return True
+    after = row.matcher.fork()
+    if not after.accept_token(token):
+        return False
+    plan = grammar.closing_tokens(after)
+    return plan is not None and len(plan) + 1 <= _tokens_left(row) - 1
 
 
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 256) -> torch.Tensor:

@@ -74,6 +74,8 @@ class ToolCallGrammar:
         self.vocab_size = int(vocab_size)
         self.stop_token_ids = sorted(stop_token_ids)
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=sorted(stop_token_ids))
+        # the tokens of one UTF-8 continuation byte: they finish a character split across tokens
+        self._continuation_ids = [i for i, b in enumerate(info.decoded_vocab) if len(b) == 1 and 0x80 <= b[0] <= 0xBF]
         self._compiler = xgr.GrammarCompiler(info)
         self._cache: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -135,10 +137,21 @@ class ToolCallGrammar:
         the rest of a call once its arguments are closed, a required key still missing) and, where
         several continuations are allowed, the first of :data:`_CLOSERS` the grammar accepts: so an
         open string is ended, then its object, and a missing value becomes ``""``, ``0``,
-        ``false`` or ``null``. ``matcher`` itself is not changed. Used to end a call within its
+        ``false`` or ``null``; a character whose first bytes were sampled is first finished with
+        continuation bytes (some character: the grammar takes no quote inside one). ``matcher``
+        itself is not changed. Used to end a call within its
         token budget (:attr:`.decode.DecodeRow.close_in_budget`).
         """
         m = matcher.fork()
+        head: list[int] = []  # continuation bytes that end a character the sampled tokens split
+        while len(head) < 3 and not self._may_stop(m) and not m.find_jump_forward_string():
+            if any(m.fork().accept_string(c) for c in _CLOSERS):
+                break
+            byte = next((t for t in self._continuation_ids if m.fork().accept_token(t)), None)
+            if byte is None:
+                break
+            m.accept_token(byte)
+            head.append(byte)
         text = ""
         while len(text) <= max_chars:
             if self._may_stop(m):
@@ -157,7 +170,7 @@ class ToolCallGrammar:
             text += step
         else:
             return None
-        ids = list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []
+        ids = head + (list(self._tokenizer.encode(text, add_special_tokens=False)) if text else [])
         check = matcher.fork()  # the text's own tokenization must be accepted token by token
         if not all(check.accept_token(t) for t in ids) or not self._may_stop(check):
             return None

@@ -207,7 +207,7 @@ def new_tool_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-_BLOCK_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+TOOL_CALL_CLOSE = "</tool_call>"
 _FENCE_RE = re.compile(r"```[ \t]*(?:json|JSON|tool_call)?[ \t]*\n?(.*?)(?:```|$)", re.DOTALL)
 _NAME_RE = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ARGS_RE = re.compile(r'"(?:arguments|parameters)"\s*:\s*(.*)', re.DOTALL)
@@ -266,6 +266,29 @@ def _salvage(text: str) -> ToolCall:
             raw = raw[:-1].rstrip()
         return _call(name, raw)
     return _call(name, text if not name_m else "{}")
+
+
+def _call_blocks(text: str) -> list[tuple[int, int, str]]:
+    """Every ``<tool_call>`` block of ``text``: (start, end, body). A block ends at the first
+    ``</tool_call>`` (or the text's end) after the JSON its body opens with, so a string in the
+    call may itself hold ``</tool_call>`` (a sampled model writes that; a grammar allows it); a
+    body that is not JSON ends at the first ``</tool_call>``."""
+    blocks: list[tuple[int, int, str]] = []
+    pos = 0
+    while (start := text.find(TOOL_CALL_OPEN, pos)) >= 0:
+        body = start + len(TOOL_CALL_OPEN)
+        search = body
+        head = len(text) - len(text[body:].lstrip())
+        if text.startswith(("{", "["), head):
+            try:
+                search = _DECODER.raw_decode(text, head)[1]
+            except ValueError:
+                pass
+        close = text.find(TOOL_CALL_CLOSE, search)
+        stop = len(text) if close < 0 else close
+        blocks.append((start, len(text) if close < 0 else close + len(TOOL_CALL_CLOSE), text[body:stop]))
+        pos = blocks[-1][1]
+    return blocks
 
 
 def _calls_in_block(body: str) -> list[ToolCall]:
@@ -343,10 +366,14 @@ def parse_completion(text: str, tool_names: Iterable[str] | None = None) -> Pars
     asked to print JSON should not call a tool by accident). ``arguments`` is always a string:
     the JSON re-encoded when it parsed, the raw text when it did not.
     """
-    blocks = list(_BLOCK_RE.finditer(text))
+    blocks = _call_blocks(text)
     if blocks:
-        calls = [call for b in blocks for call in _calls_in_block(b.group(1))]
-        content = _BLOCK_RE.sub("", text)
+        calls = [call for _, _, body in blocks for call in _calls_in_block(body)]
+        kept, pos = [], 0
+        for start, end, _ in blocks:
+            kept.append(text[pos:start])
+            pos = end
+        content = "".join(kept) + text[pos:]
     else:
         calls, content = _bare_calls(text, tool_names)
     content = re.sub(r"\n{3,}", "\n\n", content).strip()

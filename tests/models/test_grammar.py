@@ -215,6 +215,13 @@ def test_closing_tokens_complete_whatever_the_call_has_open(engine: Transformers
     assert closing(TOOLS, '<tool_call>\n{"name": "exec') == 'ute_sql", "arguments": {"query": ""}}\n</tool_call>'
     assert closing(TOOLS, _call("execute_sql", {"query": "x"})) == ""  # complete: only the stop token is left
     assert closing(TOOLS, '<tool_call>\n{"name": "') is None  # no tool's name starts with '"' or '}': no completion
+    # inside a character split across tokens ('日' is two): its last byte first, then the quote
+    first_byte = tok("日", add_special_tokens=False)["input_ids"][0]
+    matcher = grammar.matcher(TOOLS)
+    assert matcher.accept_string(opened) and matcher.accept_token(first_byte)
+    ids = grammar.closing_tokens(matcher)
+    assert ids is not None and tok.decode([first_byte, *ids]).endswith('"}}\n</tool_call>')
+    assert all(matcher.accept_token(t) for t in ids)
 
 
 @pytest.mark.model
@@ -244,3 +251,32 @@ def test_a_row_that_babbles_inside_a_string_ends_its_call_in_budget(engine: Tran
         assert row.stop_reason == "length"
         with pytest.raises(json.JSONDecodeError):
             json.loads(parsed.tool_calls[0].function.arguments)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("favourites", [[" \\", "u"], ["日"]], ids=["unicode-escape", "multi-byte-character"])
+def test_a_token_that_pushes_the_completion_further_is_not_taken_when_it_would_not_fit(
+    engine: TransformersEngine, favourites: list[str]
+) -> None:
+    """Tokens after which a call needs several more tokens to end: ``\\u`` owes four hex digits,
+    the first byte of '日' owes the next before any quote. Logits that always prefer them (most to
+    least favourite, greedy): at every budget the row still ends with one call whose arguments are
+    JSON and a stop token. (Checking only whether the completion fits before sampling let such a
+    token in with one token to spare, and the call was cut: found by hot sampling in CI.)"""
+    from agentrl_envs.chat.decode import DecodeRow, sample_tokens
+
+    grammar = engine.tool_call_grammar()
+    ids = [i for text in favourites for i in engine.tokenizer(text, add_special_tokens=False)["input_ids"]]
+    logits = torch.randn(1, grammar.vocab_size, generator=torch.Generator().manual_seed(0))
+    for rank, i in enumerate(ids):
+        logits[0, i] = 50.0 - 5 * rank
+    names = [t.function.name for t in TOOLS]
+    for budget in range(72, 80):  # every offset of the favourites' cycle against the budget's end
+        row = DecodeRow([1, 2, 3], max_tokens=budget, temperature=0.0, matcher=grammar.matcher(TOOLS), close_in_budget=True)
+        while not row.done:
+            tokens, chosen = sample_tokens(logits, [row], grammar)
+            row._accept(int(tokens[0]), float(chosen[0]), engine.stop_token_ids)
+        assert sum(row.completion_ids.count(i) for i in ids) >= 5  # the favourites were taken while they fit
+        assert row.stop_reason == "stop" and row.completion_ids[-1] in engine.stop_token_ids, budget
+        parsed = parse_completion(engine.tokenizer.decode(row.completion_ids[:-1]), names)
+        assert len(parsed.tool_calls) == 1 and isinstance(json.loads(parsed.tool_calls[0].function.arguments), dict)

@@ -183,6 +183,19 @@ def test_unterminated_final_block_is_accepted() -> None:
     assert parse_completion(text).content == "ok"
 
 
+def test_a_closing_tag_inside_a_string_of_the_call_does_not_end_the_block() -> None:
+    """Hot sampling under the grammar wrote '"text": "apple}}</tool_call> ..."': the tag is part of
+    the string, and the block ends at the tag after the call's JSON (found in CI: the call was cut
+    at the first tag and its arguments salvaged as non-JSON)."""
+    text = 'a <tool_call>\n{"name": "echo", "arguments": {"text": "apple}}</tool_call> x"}}\n</tool_call> b'
+    assert calls_of(text) == [("echo", {"text": "apple}}</tool_call> x"})]
+    assert parse_completion(text).content == "a  b"
+    # a body that is not JSON still ends at the first tag
+    broken = '<tool_call>{"name": "a", "arguments": {"x": "open</tool_call> after'
+    parsed = parse_completion(broken)
+    assert [c.function.name for c in parsed.tool_calls] == ["a"] and parsed.content == "after"
+
+
 def test_parameters_key_is_accepted() -> None:
     assert calls_of('<tool_call>{"name": "a", "parameters": {"k": 1}}</tool_call>') == [("a", {"k": 1})]
 
