@@ -7,7 +7,9 @@ Same machine, same SmolLM2-135M-Instruct weights, same prompts (chat requests as
 text, no tools, temperature 0.7 seeded per request, ``--max-tokens`` completion tokens at most),
 each level ``L`` keeping ``L`` requests in flight through the official ``openai`` client:
 
-* **built-in server** (``agentrl_envs.models``: the packed decode path, continuous batching);
+* **built-in server** (``agentrl_envs.models``: the packed decode path, continuous batching), for
+  each ``--dtypes``: ``float32`` (exact, the default) and ``bfloat16`` (``--dtype bfloat16``: the
+  matrix products in bfloat16, everything else float32);
 * **llama.cpp's server** (``llama-server -np 16 -t <cores>``, continuous batching), for each
   ``--llama-gguf``: the F32 conversion of the shipped Q4_1 file is the same precision as ours (its
   values are exactly the dequantized weights); Q4_1 is what llama.cpp reads by default. llama.cpp
@@ -132,10 +134,10 @@ def run_llama(binary: str, gguf: str, levels: list[int], requests: int, max_toke
             proc.kill()
 
 
-def run_ours(levels: list[int], requests: int, max_tokens: int) -> dict[str, Any]:
+def run_ours(levels: list[int], requests: int, max_tokens: int, dtype: str = "float32") -> dict[str, Any]:
     from agentrl_envs.models.launch import LocalModelServer
 
-    with LocalModelServer(startup_timeout=300) as server:
+    with LocalModelServer(startup_timeout=300, dtype=dtype) as server:
         return {str(lv): asyncio.run(level_throughput(server.base_url, "default", lv, requests, max_tokens)) for lv in levels}
 
 
@@ -209,6 +211,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--llama-server", default=shutil.which("llama-server"), help="llama.cpp's server binary (skipped without)")
     p.add_argument("--llama-gguf", action="append", default=[], help="GGUF files for llama.cpp (repeatable)")
     p.add_argument("--no-transformers", action="store_true")
+    p.add_argument(
+        "--dtypes",
+        nargs="+",
+        choices=("float32", "bfloat16"),
+        default=["float32", "bfloat16"],
+        help="the built-in server's --dtype values",
+    )
     p.add_argument("--out", default=str(RESULTS / "model_peers.json"))
     a = p.parse_args(argv)
     result: dict[str, Any] = {
@@ -218,8 +227,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "limits": hardware_limits(),
     }
     print("limits:", result["limits"], flush=True)
-    result["ours"] = run_ours(a.levels, a.requests_per_level, a.max_tokens)
-    print("built-in server:", result["ours"], flush=True)
+    for dtype in a.dtypes:  # float32 under "ours" (the exact path), others under "ours_<dtype>"
+        key = "ours" if dtype == "float32" else f"ours_{dtype}"
+        result[key] = run_ours(a.levels, a.requests_per_level, a.max_tokens, dtype)
+        print(f"built-in server ({dtype}):", result[key], flush=True)
     if a.llama_server and a.llama_gguf:
         result["llama.cpp"] = {}
         for gguf in a.llama_gguf:
@@ -232,9 +243,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     top = str(max(a.levels))
     if "llama.cpp" in result:
         best = max(v[top]["tokens_per_s"] for v in result["llama.cpp"].values())
-        result["ours_over_best_llama_cpp_at_top_level"] = round(result["ours"][top]["tokens_per_s"] / best, 2)
+        for key in [k for k in ("ours", "ours_bfloat16") if k in result]:
+            result[f"{key}_over_best_llama_cpp_at_top_level"] = round(result[key][top]["tokens_per_s"] / best, 2)
+            print(f"at {top} in flight: {key} / best llama.cpp = {result[f'{key}_over_best_llama_cpp_at_top_level']}")
         Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
-        print(f"at {top} in flight: ours / best llama.cpp = {result['ours_over_best_llama_cpp_at_top_level']}")
     print(f"-> {a.out}")
     return result
 

@@ -34,7 +34,7 @@ from .decode import DecodeBatch, DecodeRow, PrefixCache
 from .errors import BadModelRequestError, ContextLengthError
 from .fast_decode import FastDecodeBatch, HeadCache
 from .grammar import ToolCallGrammar
-from .llama import PackedLlama, unsupported_reason
+from .llama import DTYPES, PackedLlama, unsupported_reason
 from .loading import load_model
 from .toolcalls import parse_completion, render_prompt, template_supports_tools
 
@@ -70,16 +70,25 @@ class TransformersEngine:
     ``packed``: decode with :mod:`.fast_decode` over packed weights (``None``: where the model
     is Llama-family; ``False``: always transformers' forward, the reference path; ``True``:
     raise ``ValueError`` if the model is not supported). The environment variable
-    ``AGENTRL_ENVS_PACKED=0`` sets the default to ``False``.
+    ``AGENTRL_ENVS_PACKED=0`` sets the default to ``False``. ``dtype``: ``"float32"`` (exact, the
+    default) or ``"bfloat16"``: the packed path's matrix products in bfloat16 (see
+    :mod:`.llama`: faster, not exact; needs the packed path, else ``ValueError``).
     Loading raises :class:`ModelLoadError`; nothing is downloaded.
     """
 
     def __init__(
-        self, model: str | os.PathLike[str] | None = None, *, num_threads: int | None = None, packed: bool | None = None
+        self,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        num_threads: int | None = None,
+        packed: bool | None = None,
+        dtype: str = "float32",
     ) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
         started = time.perf_counter()
         tokenizer, lm, name = load_model(model)
-        self._setup(tokenizer, lm, name, packed)
+        self._setup(tokenizer, lm, name, packed, dtype)
         self.num_threads = num_threads or self.num_threads
         self.load_seconds = time.perf_counter() - started
         log.info(
@@ -87,18 +96,22 @@ class TransformersEngine:
             self.name,
             self.load_seconds,
             len(self.stop_token_ids),
-            "packed" if self.packed is not None else "transformers",
+            f"packed {self.dtype}" if self.packed is not None else "transformers",
         )
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, name: str = "model", *, packed: bool | None = None) -> TransformersEngine:
+    def from_model(
+        cls, model: Any, tokenizer: Any, name: str = "model", *, packed: bool | None = None, dtype: str = "float32"
+    ) -> TransformersEngine:
         """An engine around a model already in memory (the RL trainer's rollout copies)."""
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
         engine = cls.__new__(cls)
-        engine._setup(tokenizer, model, name, packed)
+        engine._setup(tokenizer, model, name, packed, dtype)
         engine.load_seconds = 0.0
         return engine
 
-    def _setup(self, tokenizer: Any, model: Any, name: str, packed: bool | None = None) -> None:
+    def _setup(self, tokenizer: Any, model: Any, name: str, packed: bool | None = None, dtype: str = "float32") -> None:
         self.tokenizer, self.model, self.name = tokenizer, model, name
         self._lock = threading.Lock()
         self.num_threads: int = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -107,9 +120,13 @@ class TransformersEngine:
         reason = unsupported_reason(model) if packed is not False else "turned off"
         if packed and reason is not None:
             raise ValueError(f"packed decoding cannot run this model: {reason}")
+        if dtype != "float32" and reason is not None:
+            raise ValueError(f"dtype {dtype!r} needs packed decoding, which cannot run this model: {reason}")
         #: the packed copy of the weights that :mod:`.fast_decode` computes with (``None``: the
         #: transformers path, see ``packed``)
-        self.packed: PackedLlama | None = PackedLlama(model) if reason is None else None
+        self.packed: PackedLlama | None = PackedLlama(model, DTYPES[dtype]) if reason is None else None
+        #: the precision of the decoder's matrix products (``"float32"`` or ``"bfloat16"``)
+        self.dtype = dtype
         self._grammar: ToolCallGrammar | None = None
         self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         config = self.model.config

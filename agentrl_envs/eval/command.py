@@ -124,7 +124,7 @@ def embedded_services(config: EvalConfig) -> Iterator[EvalConfig]:
                 raise AgentRLEnvsError(
                     f"the built-in model server is unavailable ({e}); pass --base-url, or install agentrl-envs[local]"
                 ) from None
-            changes["base_url"] = [stack.enter_context(LocalModelServer()).base_url]
+            changes["base_url"] = [stack.enter_context(LocalModelServer(dtype=config.model_dtype)).base_url]
             changes["api_key"] = ["EMPTY"]
         yield dataclasses.replace(config, **changes)
 

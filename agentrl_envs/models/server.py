@@ -247,6 +247,7 @@ def serve_model(
     *,
     served_model_name: str | None = None,
     num_threads: int | None = None,
+    dtype: str = "float32",
     log_level: str = "info",
     **service_options: Any,
 ) -> None:
@@ -267,7 +268,7 @@ def serve_model(
     # 2 cores, a parallel op took 72-98 us on a second thread once the main thread had its own
     # OpenMP workers, 22 us when it had none. So the main thread loads the model on one core.
     torch.set_num_threads(1)
-    engine = TransformersEngine(model, num_threads=num_threads)
+    engine = TransformersEngine(model, num_threads=num_threads, dtype=dtype)
     log.info("model %s loaded in %.1f s; serving on http://%s:%d/v1", engine.name, engine.load_seconds, host, port)
     service = ChatService(engine, **service_options)
     try:

@@ -52,7 +52,7 @@ def test_embedded_defaults_start_and_stop_both_services(stand_ins, tmp_path, cap
     code = run_eval({"tasks": "echo", "limit": 3, "output": tmp_path, "progress": False, "option": ["echo.level=2"]})
     assert code == 0
     assert calls["stack"] == [{"tasks": ["echo"], "split": "dev", "task_options": {"echo": {"level": "2"}}}]
-    assert calls["server"] == [{}]
+    assert calls["server"] == [{"dtype": "float32"}]
     assert sorted(calls["exited"]) == ["server", "stack"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["tasks"]["echo"]["n"] == 3 and summary["tasks"]["echo"]["success_rate"] == 1.0
@@ -106,6 +106,13 @@ def test_list_flags_take_commas_and_repeat():
         EvalConfig(tasks="db", runs=0)
 
 
+def test_model_dtype_goes_to_the_built_in_server(stand_ins, tmp_path):
+    _, calls = stand_ins
+    assert run_eval({"tasks": "echo", "limit": 1, "output": tmp_path, "progress": False, "model_dtype": "bfloat16"}) == 0
+    assert calls["server"] == [{"dtype": "bfloat16"}]
+    assert json.loads((tmp_path / "config.json").read_text())["config"]["model_dtype"] == "bfloat16"
+
+
 def test_bad_options_are_user_errors(tmp_path):
     from agentrl_envs.errors import AgentRLEnvsError
 
@@ -113,6 +120,8 @@ def test_bad_options_are_user_errors(tmp_path):
         run_eval({"tasks": "echo", "concurrency": 0, "output": tmp_path})
     with pytest.raises(AgentRLEnvsError, match="TASK.KEY=VALUE"):
         run_eval({"tasks": "echo", "option": ["nodot=1"], "output": tmp_path})
+    with pytest.raises(AgentRLEnvsError, match="model_dtype must be 'float32' or 'bfloat16'"):
+        run_eval({"tasks": "echo", "model_dtype": "float16", "output": tmp_path})
 
 
 def test_parse_options():

@@ -19,6 +19,18 @@ def test_free_port_is_bindable() -> None:
         s.bind(("127.0.0.1", port))
 
 
+def test_an_unknown_dtype_is_refused_by_the_servers_flags() -> None:
+    import argparse
+
+    from agentrl_envs.models.launch import add_server_arguments
+
+    p = argparse.ArgumentParser()
+    add_server_arguments(p)
+    assert p.parse_args([]).dtype == "float32" and p.parse_args(["--dtype", "bfloat16"]).dtype == "bfloat16"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--dtype", "float16"])
+
+
 def test_a_missing_model_fails_fast_with_the_server_log(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     with pytest.raises(ModelLoadError) as info:
@@ -28,8 +40,10 @@ def test_a_missing_model_fails_fast_with_the_server_log(tmp_path: Path) -> None:
 
 
 @pytest.mark.model
-def test_local_model_server_serves_and_stops() -> None:
-    with LocalModelServer(startup_timeout=180) as server:
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_local_model_server_serves_and_stops(dtype: str) -> None:
+    with LocalModelServer(startup_timeout=180, dtype=dtype) as server:
+        assert f"packed {dtype} decode" in server.log_tail(200)
         assert server.base_url.endswith("/v1") and server.base_url.startswith("http://127.0.0.1:")
         pid = server.process.proc.pid  # type: ignore[union-attr]
         r = httpx.post(
