@@ -198,7 +198,8 @@ class AgentRLConfig(GRPOConfig):
 
     - **engine**: `"transformers"` or `"vllm"`; **num_engines**, **engine_max_batch**;
       **engine_device**: where the transformers engines' copies of the model live (empty: with
-      the trained model; `"cpu"` samples on the CPU's cores while a GPU trains).
+      the trained model; `"cpu"` samples on the CPU's cores while a GPU trains);
+      **engine_threads**: torch threads each transformers engine decodes with (0: all cores).
     - **lagging_fraction**, **lag_steps**, **lagging_prob**: lagging engines take new weights every
       `lag_steps` steps; each turn goes to one with probability `lagging_prob`.
 
@@ -304,6 +305,13 @@ class AgentRLConfig(GRPOConfig):
             "CPU while a GPU trains: the packed CPU decoder, weights copied over after each sync)."
         },
     )
+    engine_threads: int = field(
+        default=0,
+        metadata={
+            "help": "Transformers engine: torch threads each engine decodes with (0 = all cores). On the CPU the "
+            "engines and training share the cores; each engine's own team of all-core threads oversubscribes them."
+        },
+    )
     lagging_fraction: float = field(
         default=0.25, metadata={"help": "Share of engines that lag (AgentRL: 0.25); rounded, never all."}
     )
@@ -401,6 +409,8 @@ class AgentRLConfig(GRPOConfig):
                 torch.device(self.engine_device)
             except RuntimeError as e:
                 raise ValueError(f"engine_device {self.engine_device!r} is not a torch device ('cpu', 'cuda:1', ...)") from e
+        if self.engine_threads < 0:
+            raise ValueError(f"engine_threads must be >= 0 (0: all cores), not {self.engine_threads}")
         if self.close_calls_in_budget and not self.constrain_tool_calls:
             raise ValueError("close_calls_in_budget needs constrain_tool_calls (it completes calls under the grammar)")
         if self.constrain_tool_calls and self.engine != "transformers":

@@ -136,6 +136,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="complete a call still open when a turn's tokens are nearly spent (else it is cut, invalid)",
     )
     p.add_argument(
+        "--engine-threads",
+        type=int,
+        default=0,
+        help="torch threads each of the two rollout engines decodes with (0: all cores, as the recorded runs did)",
+    )
+    p.add_argument(
         "--assistant-prefix",
         default="",
         help=f"forced opening of each turn (mask 0), e.g. {TOOL_CALL_OPENING!r} with --no-constrain-tool-calls",
@@ -373,6 +379,7 @@ def trainer_config(a: argparse.Namespace, out: Path, **overrides: Any) -> AgentR
         assistant_prefix=a.assistant_prefix,
         constrain_tool_calls=a.constrain_tool_calls,
         close_calls_in_budget=a.close_calls_in_budget,
+        engine_threads=getattr(a, "engine_threads", 0),  # a namespace from before the flag: all cores
         learning_rate=a.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,

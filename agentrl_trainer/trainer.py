@@ -191,7 +191,8 @@ class AgentRLTrainer(GRPOTrainer):
         model = build_copy(self.model)
         if self.agentrl_args.engine_device:  # e.g. sample on the CPU's cores while the GPU trains
             model = model.to(self.agentrl_args.engine_device)
-        return LocalEngine.from_model(model, self.processing_class, max_batch=max_batch, name=name)
+        threads = self.agentrl_args.engine_threads or None
+        return LocalEngine.from_model(model, self.processing_class, max_batch=max_batch, name=name, num_threads=threads)
 
     def rollout_settings(self) -> RolloutSettings:
         """How an episode is played (per-turn tokens, limits, sampling), from the config."""

@@ -101,13 +101,21 @@ class TransformersEngine:
 
     @classmethod
     def from_model(
-        cls, model: Any, tokenizer: Any, name: str = "model", *, packed: bool | None = None, dtype: str = "float32"
+        cls,
+        model: Any,
+        tokenizer: Any,
+        name: str = "model",
+        *,
+        packed: bool | None = None,
+        dtype: str = "float32",
+        num_threads: int | None = None,
     ) -> TransformersEngine:
         """An engine around a model already in memory (the RL trainer's rollout copies)."""
         if dtype not in DTYPES:
             raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
         engine = cls.__new__(cls)
         engine._setup(tokenizer, model, name, packed, dtype)
+        engine.num_threads = num_threads or engine.num_threads
         engine.load_seconds = 0.0
         return engine
 

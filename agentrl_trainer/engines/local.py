@@ -35,11 +35,12 @@ class LocalEngine:
         self.sampler = BatchSampler(engine, max_batch=max_batch, batch_wait_s=batch_wait_s, name=name)
 
     @classmethod
-    def from_model(cls, model: torch.nn.Module, tokenizer: Any, **kwargs: Any) -> LocalEngine:
-        """An engine around ``model`` (pass a copy: the engine switches it to eval mode, no grad)."""
+    def from_model(cls, model: torch.nn.Module, tokenizer: Any, *, num_threads: int | None = None, **kwargs: Any) -> LocalEngine:
+        """An engine around ``model`` (pass a copy: the engine switches it to eval mode, no grad),
+        decoding with ``num_threads`` torch threads (``None``: all cores)."""
         model.eval()
         model.requires_grad_(False)
-        return cls(TransformersEngine.from_model(model, tokenizer), **kwargs)
+        return cls(TransformersEngine.from_model(model, tokenizer, num_threads=num_threads), **kwargs)
 
     @property
     def busy_seconds(self) -> float:

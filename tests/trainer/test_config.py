@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -70,6 +71,7 @@ def test_group_size_comes_from_num_generations(tmp_path: Path) -> None:
         ({"micro_batch_tokens": -1}, "micro_batch_tokens must be 0"),
         ({"engine_device": "gpu"}, "engine_device 'gpu' is not a torch device"),
         ({"close_calls_in_budget": True}, "close_calls_in_budget needs constrain_tool_calls"),
+        ({"engine_threads": -1}, "engine_threads must be >= 0"),
         ({"engine_device": "cpu", "engine": "vllm", "constrain_tool_calls": False}, "engine_device is for engine='transformers'"),
     ],
 )
@@ -344,3 +346,34 @@ def test_the_config_doc_names_every_honoured_and_rejected_field() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "trainer-config.md").read_text()
     missing = [name for name in [*HONOURED_FIELDS, *REJECTED_FIELDS] if f"`{name}`" not in doc]
     assert missing == [], "docs/trainer-config.md does not name these fields"
+
+
+def test_engine_threads_reach_the_trainers_rollout_engines(tmp_path: Path) -> None:
+    """``engine_threads`` is the thread count the engines decode with (0: all cores)."""
+    import types
+
+    import transformers
+
+    from agentrl_trainer.trainer import AgentRLTrainer
+
+    model = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+    )
+
+    class Tok:  # what an engine reads from a tokenizer
+        eos_token_id = 96
+        pad_token_id = 0
+
+        def get_vocab(self) -> dict[str, int]:
+            return {}
+
+        def __len__(self) -> int:
+            return 97
+
+    for threads, expected in ((1, 1), (0, len(os.sched_getaffinity(0)))):
+        owner = types.SimpleNamespace(model=model, processing_class=Tok(), agentrl_args=config(tmp_path, engine_threads=threads))
+        engine = AgentRLTrainer.local_engine(owner, "e")  # type: ignore[arg-type]
+        try:
+            assert engine.engine.num_threads == expected
+        finally:
+            engine.close()
