@@ -344,8 +344,9 @@ class FastDecodeBatch:
         T = P + offset + S  # keys visible to the last token
         # query s sees every key up to its own position: key j < P + offset + s + 1
         visible = torch.arange(T)[None, :] <= torch.arange(P + offset, T)[:, None]  # (S, T)
+        rotary = m.rotary(positions)
         for i in range(m.n_layers):
-            q, k, v = m.qkv(i, x, positions)  # (S, H, D), (S, KV, D), (S, KV, D)
+            q, k, v = m.qkv(i, x, rotary)  # (S, H, D), (S, KV, D), (S, KV, D)
             keys[i, :, offset : offset + S] = k.transpose(0, 1)
             values[i, :, offset : offset + S] = v.transpose(0, 1)
             K, V = keys[i, :, : offset + S], values[i, :, : offset + S]  # (KV, ., D)
@@ -383,8 +384,9 @@ class FastDecodeBatch:
         groups = self._groups()
         with engine._lock:
             x = m.embed(self._next)  # (B, E)
+            rotary = m.rotary(positions)
             for i in range(m.n_layers):
-                q, k, v = m.qkv(i, x, positions)
+                q, k, v = m.qkv(i, x, rotary)
                 self._k[i, rows_index, :, own] = k
                 self._v[i, rows_index, :, own] = v
                 x = m.finish_layer(i, x, self._attend(i, q, B, T, bias, groups))

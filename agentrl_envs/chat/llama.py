@@ -2,9 +2,9 @@
 
 :class:`PackedLlama` reads a transformers Llama-layout model (``llama``, ``mistral`` without a
 sliding window, ``qwen2`` without one; LoRA adapters of peft merged in) and exposes the pieces of
-its forward: :meth:`~PackedLlama.embed`, :meth:`~PackedLlama.qkv` (projections and rotary
-embedding), :meth:`~PackedLlama.finish_layer` (output projection, MLP, residuals) and
-:meth:`~PackedLlama.logits`. Attention is the caller's (:mod:`.fast_decode` keeps the KV cache
+its forward: :meth:`~PackedLlama.embed`, :meth:`~PackedLlama.rotary` (the rotary embedding's
+factors, once per forward), :meth:`~PackedLlama.qkv` (projections, rotary embedding applied),
+:meth:`~PackedLlama.finish_layer` (output projection, MLP, residuals) and :meth:`~PackedLlama.logits`. Attention is the caller's (:mod:`.fast_decode` keeps the KV cache
 and attends over shared prompt heads once for every row). The arithmetic is transformers' own
 (``modeling_llama``: RMSNorm in fp32, rotate-half rotary, SiLU-gated MLP) in the same dtype;
 only the summation order of the matrix products differs (measured: logprobs within 1e-4).
@@ -200,8 +200,9 @@ class PackedLlama:
 
     @staticmethod
     def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        variance = x.pow(2).mean(-1, keepdim=True)
-        return weight * (x * torch.rsqrt(variance + eps))
+        # transformers' weight * (x * rsqrt(mean(x^2) + eps)) in one call: bit-identical on this
+        # CPU (measured at 1, 16 and 300 rows), 6 Python-level ops fewer per norm
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
     # ------------------------------------------------------------------ the forward, in pieces
 
@@ -209,16 +210,23 @@ class PackedLlama:
         """(N,) token ids -> (N, E) hidden states."""
         return self._embed[ids]
 
-    def qkv(self, i: int, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary embedding's (cos, signed sin) at ``positions`` (N,), each (N, 1, D): computed
+        once per forward, used by every layer's :meth:`qkv`."""
+        return self._cos[positions][:, None], self._sin_signed[positions][:, None]
+
+    def qkv(
+        self, i: int, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Layer ``i``'s queries (N, H, D), keys (N, KV, D) and values (N, KV, D) of hidden states
-        ``x`` (N, E) at ``positions`` (N,), rotary embedding applied to queries and keys."""
+        ``x`` (N, E), rotary embedding (:meth:`rotary` of their positions) applied to queries and keys."""
         w = self._layers[i]
         H, KV, D = self.n_heads, self.n_kv_heads, self.head_dim
         h = self._rms(x, w.norm1, w.eps1)
         qkv = self._linear(h, w.qkv, w.qkv_bias)  # (N, (H + 2 KV) D)
         N = qkv.shape[0]
         qk = qkv[:, : (H + KV) * D].view(N, H + KV, D)
-        cos, sin = self._cos[positions][:, None], self._sin_signed[positions][:, None]  # (N, 1, D)
+        cos, sin = rotary  # (N, 1, D)
         qk = qk * cos + qk.roll(D // 2, dims=-1) * sin  # (N, H + KV, D)
         v = qkv[:, (H + KV) * D :].view(N, KV, D)
         return qk[:, :H], qk[:, H:], v
