@@ -171,7 +171,7 @@ def sample_tokens(
     temps = torch.tensor([r.temperature if r.temperature > 0 else 1.0 for r in rows])[:, None]  # (B, 1)
     logits = logits / temps
     constrained = [i for i, r in enumerate(rows) if r.matcher is not None]
-    plans: dict[int, list[int]] = {}  # close_in_budget rows near their end: the completion that fits now
+    plans: dict[int, list[int]] = {}  # close_in_budget rows near their end, sampling freely: the completion that fits now
     masked = logits
     if constrained:
         assert grammar is not None
@@ -184,13 +184,14 @@ def sample_tokens(
             plan = _closing_plan(rows[i], grammar)
             if plan is None:
                 continue
-            plans[i] = plan
-            if len(plan) + 1 >= _tokens_left(rows[i]):  # only the completion (then a stop) still fits
-                must = plan[:1] if plan else list(grammar.stop_token_ids)
-                if torch.isfinite(masked[i, must]).any():  # never mask a row entirely
-                    keep = torch.zeros(masked.shape[1], dtype=torch.bool)
-                    keep[must] = True
-                    masked[i].masked_fill_(~keep, float("-inf"))
+            must = plan[:1] if plan else list(grammar.stop_token_ids)
+            # only the completion (then a stop) still fits: take it (never mask a row entirely)
+            if len(plan) + 1 >= _tokens_left(rows[i]) and torch.isfinite(masked[i, must]).any():
+                keep = torch.zeros(masked.shape[1], dtype=torch.bool)
+                keep[must] = True
+                masked[i].masked_fill_(~keep, float("-inf"))
+            else:  # free to sample: the token drawn is checked below
+                plans[i] = plan
     tokens = torch.empty(B, dtype=torch.long)
     greedy = [i for i, r in enumerate(rows) if r.temperature <= 0]
     if greedy:

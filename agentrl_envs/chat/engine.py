@@ -60,6 +60,12 @@ class PreparedChat(NamedTuple):
     call_required: bool = True  # the grammar forces one call (else: a call, if made, is well-formed)
 
 
+def _check_dtype(dtype: str) -> None:
+    """Refuse an unknown ``dtype`` before anything is loaded."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+
+
 class TransformersEngine:
     """A causal LM on the CPU that answers chat requests with tool calls.
 
@@ -84,8 +90,7 @@ class TransformersEngine:
         packed: bool | None = None,
         dtype: str = "float32",
     ) -> None:
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+        _check_dtype(dtype)
         started = time.perf_counter()
         tokenizer, lm, name = load_model(model)
         self._setup(tokenizer, lm, name, packed, dtype)
@@ -111,8 +116,7 @@ class TransformersEngine:
         num_threads: int | None = None,
     ) -> TransformersEngine:
         """An engine around a model already in memory (the RL trainer's rollout copies)."""
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+        _check_dtype(dtype)
         engine = cls.__new__(cls)
         engine._setup(tokenizer, model, name, packed, dtype)
         engine.num_threads = num_threads or engine.num_threads

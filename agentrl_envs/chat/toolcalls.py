@@ -285,9 +285,8 @@ def _call_blocks(text: str) -> list[tuple[int, int, str]]:
             except ValueError:
                 pass
         close = text.find(TOOL_CALL_CLOSE, search)
-        stop = len(text) if close < 0 else close
-        blocks.append((start, len(text) if close < 0 else close + len(TOOL_CALL_CLOSE), text[body:stop]))
-        pos = blocks[-1][1]
+        stop, pos = (len(text), len(text)) if close < 0 else (close, close + len(TOOL_CALL_CLOSE))
+        blocks.append((start, pos, text[body:stop]))
     return blocks
 
 

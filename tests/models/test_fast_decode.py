@@ -11,6 +11,7 @@ import asyncio
 
 import pytest
 import torch
+from model_helpers import TinyTokenizer
 
 from agentrl_envs.chat.decode import DecodeRow, inverse_cdf
 from agentrl_envs.chat.engine import TransformersEngine
@@ -222,18 +223,8 @@ def test_packed_weights_follow_lora_adapters_and_weight_loads() -> None:
     lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
     model = peft.get_peft_model(base, lora).eval()
 
-    class Tok:  # the engine only needs these from a tokenizer for generate_batch
-        eos_token_id = 96
-        pad_token_id = 0
-
-        def get_vocab(self) -> dict[str, int]:
-            return {}
-
-        def __len__(self) -> int:
-            return 97
-
-    ref = TransformersEngine.from_model(model, Tok(), packed=False)
-    fast = TransformersEngine.from_model(model, Tok(), packed=True)
+    ref = TransformersEngine.from_model(model, TinyTokenizer(), packed=False)
+    fast = TransformersEngine.from_model(model, TinyTokenizer(), packed=True)
     prompts = [
         [1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 3],
         [1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 70, 71],

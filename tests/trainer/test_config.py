@@ -353,6 +353,7 @@ def test_engine_threads_reach_the_trainers_rollout_engines(tmp_path: Path) -> No
     import types
 
     import transformers
+    from model_helpers import TinyTokenizer
 
     from agentrl_trainer.trainer import AgentRLTrainer
 
@@ -360,18 +361,10 @@ def test_engine_threads_reach_the_trainers_rollout_engines(tmp_path: Path) -> No
         transformers.LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
     )
 
-    class Tok:  # what an engine reads from a tokenizer
-        eos_token_id = 96
-        pad_token_id = 0
-
-        def get_vocab(self) -> dict[str, int]:
-            return {}
-
-        def __len__(self) -> int:
-            return 97
-
     for threads, expected in ((1, 1), (0, len(os.sched_getaffinity(0)))):
-        owner = types.SimpleNamespace(model=model, processing_class=Tok(), agentrl_args=config(tmp_path, engine_threads=threads))
+        owner = types.SimpleNamespace(
+            model=model, processing_class=TinyTokenizer(), agentrl_args=config(tmp_path, engine_threads=threads)
+        )
         engine = AgentRLTrainer.local_engine(owner, "e")  # type: ignore[arg-type]
         try:
             assert engine.engine.num_threads == expected
