@@ -1,10 +1,12 @@
 """benchmarks/ablations.py's aggregation on its own: records written by hand, the verdicts of the
-comparison rule (2 x combined SE over seeds) and the Markdown the README takes."""
+comparison rule (2 x combined SE over seeds) and the Markdown the README takes; the committed
+summary.json and results README agree with the committed run records."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,16 @@ def test_one_seed_gives_no_verdict(tmp_path: Path, bench) -> None:
     assert {v["verdict"] for v in summary["verdicts"].values()} == {"not measured"}
     assert summary["verdicts"]["async rollout"]["secondary"]["trajectories_per_s"]["verdict"] == "not measured"
     assert "| sync | 1 | 12 | 0.500 | 0.500 | 0.500 |" in bench.render_markdown(summary)  # one seed: the mean alone
+
+
+COMMITTED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ablations"
+
+
+def test_committed_summary_and_readme_table_come_from_the_committed_records(tmp_path: Path, bench) -> None:
+    """summary.json is the aggregate of the committed run records, and the results README shows
+    its table and verdicts verbatim: neither can be edited by hand without this failing."""
+    shutil.copy(COMMITTED / "base.json", tmp_path / "base.json")
+    shutil.copytree(COMMITTED / "runs", tmp_path / "runs")
+    again = bench.summarize(tmp_path, list(bench.CONDITIONS))
+    assert (tmp_path / "summary.json").read_text() == (COMMITTED / "summary.json").read_text()
+    assert bench.render_markdown(again) in (COMMITTED / "README.md").read_text()
