@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/make_eval_time.py [--runs 3] [--out FILE] [-- MAKE_VARIABLES...]
 
 Runs ``make eval OUTPUT=<fresh directory>`` ``--runs`` times from the repository root, one after
-the other, with ``.venv`` already installed (the ``install`` target then only checks its stamp):
+the other, with ``.venv`` installed and up to date (``make -q install``; the ``install`` target then only
+checks its stamp):
 each run starts the built-in model server, a controller and the DB worker, evaluates the 20
 ``easy-test`` samples and stops them, as a user's ``make eval`` does. Per run: wall seconds, the CPU
 seconds of the whole process tree (user + system, from ``wait4``: on this shared, drifting machine
@@ -39,8 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.runs < 1:
         p.error("--runs must be >= 1")
-    if not (ROOT / ".venv" / ".installed").exists():
-        p.error("no warm install: run `make install` (or `make eval`) once first")
+    # `make -q install` exits 0 only when the install is up to date: otherwise the first run would time a reinstall
+    if subprocess.run(["make", "-q", "install"], cwd=ROOT, capture_output=True).returncode != 0:
+        p.error("no warm install (missing, or older than Makefile / pyproject.toml): run `make install` first")
     return a
 
 
@@ -68,6 +70,8 @@ def one_run(output: Path, make_vars: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from agentrl_trainer.demo import git_state  # commit and dirty files, as the demo and ablation records have
+
     a = parse_args(argv)
     runs = []
     with tempfile.TemporaryDirectory(prefix="make-eval-") as tmp:
@@ -82,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     walls = [r["wall_s"] for r in runs]
     result = {
         "command": " ".join(["make", "eval", *a.make_vars]),
-        "git": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+        "git": git_state(ROOT),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0]},
         "runs": runs,
         "wall_s_median": statistics.median(walls),
