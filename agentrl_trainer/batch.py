@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl_envs.chat.decode import MIN_HEAD, common_prefix
+
 from .advantages import broadcast_to_tokens, group_advantages, normalize_by_task, shape_reward
 from .pipeline import Group
 from .rollout import Episode
@@ -46,6 +48,11 @@ class TrainBatch:
             k: getattr(self, k)[index, :width] for k in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages")
         }
 
+    def head_prefixes(self) -> list[tuple[int, ...]]:
+        """Each row's tokens before its first trained one (what rows may share as a head)."""
+        first = torch.where(self.loss_mask.bool().any(dim=1), self.loss_mask.argmax(dim=1), self.row_lengths())
+        return [tuple(self.input_ids[r, : int(first[r])].tolist()) for r in range(self.input_ids.shape[0])]
+
     def row_lengths(self) -> torch.Tensor:
         """(R,) the columns each row needs: through its last trained token (its whole sequence
         when it has none)."""
@@ -55,22 +62,49 @@ class TrainBatch:
         return torch.where(last_trained > 0, last_trained, self.attention_mask.sum(dim=1))
 
 
-def micro_batches(order: Sequence[int], lengths: Sequence[int], max_rows: int, max_tokens: int = 0) -> list[list[int]]:
+def micro_batches(
+    order: Sequence[int],
+    lengths: Sequence[int],
+    max_rows: int,
+    max_tokens: int = 0,
+    prefixes: Sequence[Sequence[int]] | None = None,
+) -> list[list[int]]:
     """Split ``order`` (row indices, kept in that order) into micro-batches of at most
-    ``max_rows`` rows and, when ``max_tokens`` > 0, at most ``max_tokens`` padded tokens (rows x the
-    longest row's length; a row longer than that goes alone). Activation memory grows with the
-    padded tokens, not the rows: on the 2-core CPU, SmolLM2-135M + LoRA held ~2 MB a token in a
-    forward/backward (8 rows x 1,024 tokens: 16 GB; a five-task demo step was OOM-killed at 23 GB)."""
+    ``max_rows`` rows and, when ``max_tokens`` > 0, at most ``max_tokens`` tokens computed (a row
+    longer than that goes alone). Activation memory grows with the tokens, not the rows: on the
+    2-core CPU, SmolLM2-135M + LoRA held ~2 MB a token in a forward/backward (8 rows x 1,024
+    tokens: 16 GB; a five-task demo step was OOM-killed at 23 GB).
+
+    Without ``prefixes`` a micro-batch computes rows x its longest row (padded) tokens. With
+    ``prefixes`` (each row's tokens before its first trained one, which the forward may share;
+    :func:`agentrl_trainer.logprobs.token_logprobs`) it computes the rows' shared head once:
+    head + rows x (longest - head). A row then joins the current micro-batch only if that adds
+    at most half its own length — else it starts the next one, where the rows after it may share
+    its head. (The five-task demo's steps had micro-batches that mixed two tasks' rows and so
+    shared nothing: 14 s where a one-task one took 4 s; ``benchmarks/train_step.py``.)
+    """
+
+    def cost(rows: list[int]) -> int:
+        width = max(int(lengths[r]) for r in rows)
+        if prefixes is None:
+            return width * len(rows)
+        if len(rows) == 1:
+            return width
+        head = min(common_prefix(prefixes[rows[0]], prefixes[r]) for r in rows[1:])
+        head = head if head >= MIN_HEAD else 0
+        return head + len(rows) * (width - head)
+
     chunks: list[list[int]] = []
     current: list[int] = []
-    width = 0
     for row in order:
-        w = max(width, int(lengths[row]))
-        if current and (len(current) >= max_rows or (max_tokens > 0 and w * (len(current) + 1) > max_tokens)):
-            chunks.append(current)
-            current, w = [], int(lengths[row])
+        if current:
+            joined = cost([*current, row])
+            fits = len(current) < max_rows and (max_tokens <= 0 or joined <= max_tokens)
+            worth = prefixes is None or joined - cost(current) <= int(lengths[row]) // 2
+            if not (fits and worth):
+                chunks.append(current)
+                current = []
         current.append(row)
-        width = w
     if current:
         chunks.append(current)
     return chunks

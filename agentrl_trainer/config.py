@@ -343,7 +343,8 @@ class AgentRLConfig(GRPOConfig):
     micro_batch_tokens: int = field(
         default=0,
         metadata={
-            "help": "Also cap a forward/backward pass at this many padded tokens (rows x longest row); 0: rows only. "
+            "help": "Also cap a forward/backward pass at this many tokens computed (rows x longest row; with "
+            "share_prompt_prefix, their shared head once plus rows x the rest); 0: rows only. "
             "Activation memory follows tokens: ~2 MB a token for SmolLM2-135M + LoRA on CPU."
         },
     )

@@ -368,12 +368,14 @@ class AgentRLTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ loss
 
-    def _token_logprobs(self, model: Any, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _shares_head(self) -> bool:
         # Under ZeRO-3/FSDP each forward gathers parameters (a collective), so every process must
         # run the same forwards; sharing the head takes a data-dependent extra one.
         sharded = self._dist.is_zero3 or self._dist.is_fsdp
-        share = self.agentrl_args.share_prompt_prefix and not self.args.gradient_checkpointing and not sharded
-        return token_logprobs(model, rows, self.temperature, share_head=share)
+        return self.agentrl_args.share_prompt_prefix and not self.args.gradient_checkpointing and not sharded
+
+    def _token_logprobs(self, model: Any, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return token_logprobs(model, rows, self.temperature, share_head=self._shares_head())
 
     def _micro_loss(self, model: Any, rows: dict[str, torch.Tensor], normalizer: float) -> Any:
         device = self.accelerator.device
@@ -405,6 +407,16 @@ class AgentRLTrainer(GRPOTrainer):
         batch: TrainBatch = inputs
         terms = self._micro_loss(model, batch.rows(0, batch.input_ids.shape[0]), float(batch.loss_mask.sum()))
         return terms.loss
+
+    def _micro_batches(self, batch: TrainBatch) -> list[list[int]]:
+        """The step's micro-batches (row indices). Rows with the same head (a task's system prompt
+        and tools; a group's first prompt) go in the same micro-batch, so the forward can share
+        it; the loss does not depend on the order."""
+        prefixes = batch.head_prefixes()
+        order = sorted(range(len(prefixes)), key=lambda r: (batch.row_task[r], prefixes[r]))
+        a = self.agentrl_args
+        share = prefixes if self._shares_head() else None
+        return micro_batches(order, batch.row_lengths().tolist(), a.micro_batch_rows, a.micro_batch_tokens, share)
 
     def _step_plan(self, local_tokens: float, local_chunks: int) -> tuple[float, int]:
         """``(normalizer, chunks)``: what each process divides its token-loss sum by, and how many
@@ -442,15 +454,10 @@ class AgentRLTrainer(GRPOTrainer):
         model.train()
         batch = self._prepare_inputs(inputs)
         total = float(batch.loss_mask.sum())
-        n = batch.input_ids.shape[0]
-        step_rows = self.agentrl_args.micro_batch_rows
         started = time.monotonic()
         sums: dict[str, float] = defaultdict(float)
         loss_total = torch.zeros((), device=self.accelerator.device)
-        # Rows with the same head (one task's system prompt and tools) go in the same micro-batch,
-        # so the forward can share it; the loss does not depend on the order.
-        order = sorted(range(n), key=lambda r: (batch.row_task[r], batch.input_ids[r, :64].tolist()))
-        chunks = micro_batches(order, batch.row_lengths().tolist(), step_rows, self.agentrl_args.micro_batch_tokens)
+        chunks = self._micro_batches(batch)
         normalizer, planned = self._step_plan(total, len(chunks))
         for i in range(planned):
             padding = i >= len(chunks)  # a repeat of the first micro-batch, weighted 0

@@ -129,6 +129,19 @@ def prepare_rows(rows: Sequence[DecodeRow], engine: TransformersEngine, grammar:
         r._generator = torch.Generator().manual_seed(r.seed if r.seed is not None else secrets.randbits(63))
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading items ``a`` and ``b`` (tuples or lists, both the same type) share (binary search
+    over slice equality: C speed)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # invariant: a[:lo] == b[:lo]; the answer is <= hi
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def shared_head_length(rows: Sequence[Sequence[int]] | torch.Tensor, limit: int, minimum: int = MIN_HEAD) -> int:
     """How many leading token ids all rows share, at most ``limit``; 0 when under ``minimum``
     (too short a head is not worth a separate pass). ``rows``: id sequences or an (R, T) tensor.

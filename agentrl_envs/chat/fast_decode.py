@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from .decode import MIN_HEAD, DecodeRow, prepare_rows, sample_tokens, shared_head_length
+from .decode import MIN_HEAD, DecodeRow, common_prefix, prepare_rows, sample_tokens, shared_head_length
 from .llama import PackedLlama
 
 if TYPE_CHECKING:
@@ -74,18 +74,6 @@ class _Snapshot:
     head: Head | None
     keys: torch.Tensor
     values: torch.Tensor
-
-
-def common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    """How many leading items ``a`` and ``b`` share (binary search over slice equality: C speed)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:  # invariant: a[:lo] == b[:lo]; the answer is <= hi
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 class HeadCache:

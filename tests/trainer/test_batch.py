@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from agentrl_trainer.batch import build_batch, micro_batches
+from agentrl_trainer.batch import TrainBatch, build_batch, micro_batches
 from agentrl_trainer.pipeline import Group, GroupBuffer, TaskSampler
 from agentrl_trainer.rollout import Episode, EpisodeSpec
 from agentrl_trainer.trajectory import Segment
@@ -165,6 +165,40 @@ def test_micro_batches_cap_rows_and_padded_tokens() -> None:
     assert chunks == [[6, 0], [1, 3], [4], [2], [5]]
     assert sorted(r for c in chunks for r in c) == sorted(order)
     assert all(len(c) * max(lengths[r] for r in c) <= 200 or len(c) == 1 for c in chunks)
+
+
+def test_micro_batches_with_prefixes_count_a_shared_head_once_and_cut_where_sharing_stops() -> None:
+    head_a, head_b = list(range(100, 180)), list(range(200, 280))  # two tasks' 80-token heads
+    prefixes = [head_a + [1], head_a + [2], head_a + [3], head_b + [4], head_b + [5], head_a[:10] + [9]]
+    lengths = [100, 110, 105, 90, 95, 50]
+    order = [0, 1, 2, 3, 4, 5]
+    # [0, 1, 2] share 80 tokens: 80 + 3 x (110 - 80) = 170 computed; without prefixes 3 x 110 = 330
+    assert micro_batches(order, lengths, max_rows=8, max_tokens=200, prefixes=prefixes)[0] == [0, 1, 2]
+    assert micro_batches(order, lengths, max_rows=8, max_tokens=200)[0] == [0]
+    # row 3 shares nothing with [0, 1, 2] (a micro-batch of 4 would compute 4 x 110 = 440 tokens
+    # for its 90): it starts the next micro-batch, which row 4 joins; row 5 shares nothing with
+    # [3, 4] (3 x 95 padded for its 50), so it goes alone
+    chunks = micro_batches(order, lengths, max_rows=8, max_tokens=0, prefixes=prefixes)
+    assert chunks == [[0, 1, 2], [3, 4], [5]]
+    # the row cap still holds, and no row is lost or repeated
+    chunks = micro_batches(order, lengths, max_rows=2, max_tokens=0, prefixes=prefixes)
+    assert chunks == [[0, 1], [2], [3, 4], [5]]
+    assert sorted(r for c in chunks for r in c) == order
+
+
+def test_head_prefixes_are_the_tokens_before_each_rows_first_trained_one() -> None:
+    b = TrainBatch(
+        input_ids=torch.tensor([[5, 6, 7, 8], [5, 6, 9, 0]]),
+        attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]),
+        loss_mask=torch.tensor([[0, 0, 1, 1], [0, 0, 0, 0]]),
+        old_logprobs=torch.zeros(2, 4),
+        advantages=torch.zeros(2, 4),
+        row_task=["a", "a"],
+        row_episode=[0, 1],
+        episodes=[],
+        rewards=torch.zeros(2),
+    )
+    assert b.head_prefixes() == [(5, 6), (5, 6, 9)]  # a row without trained tokens: all of it
 
 
 def test_build_batch_rejects_unusable_input() -> None:
