@@ -1,7 +1,8 @@
 """Where a ``make train-demo`` optimizer step's time goes, on real batches (issue 29, item 3).
 
     .venv/bin/python benchmarks/train_step.py [--batches 2] [--seed 0]
-        [--variants demo no-share ...] [--out benchmarks/results/train_step.json]
+        [--variants demo no-share ...] [--repeats 1] [--out benchmarks/results/train_step.json]
+        [--save-batches FILE | --load-batches benchmarks/results/train_step_batches.pt]
 
 The demo's trainer (``agentrl_trainer.demo.trainer_config``: SmolLM2-135M-Instruct + LoRA r 16,
 the five tasks' ``easy`` splits, groups of 4, 4 groups a step, 48-token turns, the tool-call
@@ -22,6 +23,10 @@ Besides seconds per step it records, per batch: rows, tokens (real and padded, t
 the forward's and the backward's share (timed separately in one extra pass), and the largest
 logprob difference of each variant from ``demo`` on the trained tokens (0 for an exact variant).
 CPU time is the process's (``time.process_time``); wall time depends on what else runs.
+
+``benchmarks/results/train_step_batches.pt`` holds the two batches the committed result timed
+(collected on 2026-12-04 with ``--save-batches``, seed 0; rollouts as at commit 2a77c7d):
+``--load-batches`` re-times them without the engines and the task workers.
 """
 
 from __future__ import annotations
