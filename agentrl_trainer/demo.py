@@ -118,7 +118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--micro-batch-tokens",
         type=int,
         default=4096,
-        help="most padded tokens per forward/backward pass (activation memory: ~2 MB a token on CPU)",
+        help="most tokens computed per forward/backward pass, a shared prompt head counted once "
+        "(activation memory: ~2 MB a token on CPU)",
     )
     p.add_argument("--lag-steps", type=int, default=4)
     p.add_argument("--lagging-prob", type=float, default=0.25)
