@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agentrl_envs.chat.decode import MIN_HEAD, common_prefix
+from agentrl_envs.chat.decode import shared_head_length
 
 from .advantages import broadcast_to_tokens, group_advantages, normalize_by_task, shape_reward
 from .pipeline import Group
@@ -90,21 +90,22 @@ def micro_batches(
             return width * len(rows)
         if len(rows) == 1:
             return width
-        head = min(common_prefix(prefixes[rows[0]], prefixes[r]) for r in rows[1:])
-        head = head if head >= MIN_HEAD else 0
+        head = shared_head_length([prefixes[r] for r in rows], width)
         return head + len(rows) * (width - head)
 
     chunks: list[list[int]] = []
     current: list[int] = []
+    current_cost = 0
     for row in order:
+        joined = cost([*current, row])
         if current:
-            joined = cost([*current, row])
             fits = len(current) < max_rows and (max_tokens <= 0 or joined <= max_tokens)
-            worth = prefixes is None or joined - cost(current) <= int(lengths[row]) // 2
+            worth = prefixes is None or joined - current_cost <= int(lengths[row]) // 2
             if not (fits and worth):
                 chunks.append(current)
-                current = []
+                current, joined = [], int(lengths[row])
         current.append(row)
+        current_cost = joined
     if current:
         chunks.append(current)
     return chunks

@@ -130,8 +130,9 @@ def prepare_rows(rows: Sequence[DecodeRow], engine: TransformersEngine, grammar:
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading items ``a`` and ``b`` (tuples or lists, both the same type) share (binary search
-    over slice equality: C speed)."""
+    """How many leading items ``a`` and ``b`` share (binary search over slice equality: C speed)."""
+    if type(a) is not type(b):  # a tuple's slice never equals a list's
+        a, b = list(a), list(b)
     lo, hi = 0, min(len(a), len(b))
     while lo < hi:  # invariant: a[:lo] == b[:lo]; the answer is <= hi
         mid = (lo + hi + 1) // 2
@@ -145,17 +146,11 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def shared_head_length(rows: Sequence[Sequence[int]] | torch.Tensor, limit: int, minimum: int = MIN_HEAD) -> int:
     """How many leading token ids all rows share, at most ``limit``; 0 when under ``minimum``
     (too short a head is not worth a separate pass). ``rows``: id sequences or an (R, T) tensor.
-    Used by batched sampling here and by the RL trainer's training forward."""
+    Used by batched sampling here and by the RL trainer's training forward and micro-batching."""
     if isinstance(rows, torch.Tensor):
         rows = rows.tolist()
-    first, n = rows[0], min(len(r) for r in rows)
-    common = n
-    for i in range(n):
-        t = first[i]
-        if any(r[i] != t for r in rows):
-            common = i
-            break
-    common = min(common, limit)
+    first = rows[0]
+    common = min(min((common_prefix(first, r) for r in rows[1:]), default=len(first)), limit)
     return common if common >= minimum else 0
 
 
