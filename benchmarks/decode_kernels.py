@@ -65,9 +65,7 @@ def _timed(fn: Callable[[], Any], repeats: int) -> float:
 
 def model_weights(engine: Any) -> list[torch.Tensor]:
     """The step's weight matrices (out, in), fp32, in the order a forward reads them."""
-    from agentrl_envs.chat.llama import _base_model
-
-    base = _base_model(engine.model)
+    base = engine.model  # the embedded model: a plain transformers Llama, no adapter
     mats = []
     for layer in base.model.layers:
         att, mlp = layer.self_attn, layer.mlp
