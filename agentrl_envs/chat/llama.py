@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["DTYPES", "PackedLlama", "unsupported_reason"]
+__all__ = ["DTYPES", "PackedLlama", "bfloat16_available", "unsupported_reason"]
 
 #: the matrix-product precisions :class:`PackedLlama` computes in, by name
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -119,7 +119,7 @@ class PackedLlama:
             raise ValueError(f"PackedLlama cannot run this model: {reason}")
         if dtype not in DTYPES.values():
             raise ValueError(f"PackedLlama computes in {' or '.join(DTYPES)}, not {dtype}")
-        if dtype == torch.bfloat16 and not _oneDNN_bf16_available():
+        if dtype == torch.bfloat16 and not bfloat16_available():
             raise ValueError("bfloat16 matrix products need a torch build with oneDNN and a CPU with bfloat16 support")
         self.dtype = dtype
         self.model = model
@@ -246,7 +246,9 @@ class PackedLlama:
         return self._linear(self._rms(x, self._norm, self._norm_eps), self._head, self._head_bias).float()
 
 
-def _oneDNN_bf16_available() -> bool:
+def bfloat16_available() -> bool:
+    """Whether this torch build and CPU run oneDNN's bfloat16 matrix products (``dtype=torch.bfloat16``):
+    the CPU needs AVX-512 BF16 or AMX (e.g. AMD Zen 4, Intel Sapphire Rapids)."""
     if not _oneDNN_available():
         return False
     try:
