@@ -40,27 +40,16 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from model_peers import PROMPTS  # benchmarks/ is the script's directory: the peers' prompts
+from model_peers import PROMPTS, bench, memory_bandwidth  # benchmarks/ is the script's directory
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 TARGETS = {"1": 70.0, "16": 400.0}
-
-
-def _timed(fn: Callable[[], Any], repeats: int) -> float:
-    """Seconds per call of ``fn``, after three warm-up calls."""
-    for _ in range(3):
-        fn()
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    return (time.perf_counter() - t0) / repeats
 
 
 def model_weights(engine: Any) -> list[torch.Tensor]:
@@ -98,7 +87,7 @@ def eager_products(mats: list[torch.Tensor], rows: int, repeats: int, kernel: st
                 F.linear(xs[w.shape[1]], w)
 
     with torch.inference_mode():
-        return _timed(step, repeats)
+        return bench(step, repeats)
 
 
 def inductor_products(mats: list[torch.Tensor], rows: int, repeats: int) -> tuple[float, float]:
@@ -124,10 +113,10 @@ def inductor_products(mats: list[torch.Tensor], rows: int, repeats: int) -> tupl
             t0 = time.perf_counter()
             compiled(xs)
             compile_s = time.perf_counter() - t0
-            return _timed(lambda: compiled(xs), repeats), compile_s
+            return bench(lambda: compiled(xs), repeats), compile_s
 
 
-def int4_layers(engine: Any, mats: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor, int]] | str:
+def int4_layers(mats: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor, int]] | str:
     """The layer matrices as ``_weight_int4pack_mm_for_cpu`` operands made from the GGUF's Q4_1
     blocks (scale ``d``, offset ``m + 8 d``: the kernel computes ``(q - 8) * scale + offset``),
     each checked to multiply out to the model's fp32 weight exactly; or why not."""
@@ -191,7 +180,7 @@ def int4_products(layers: list[tuple[torch.Tensor, torch.Tensor, int]], head: to
         torch.ops.mkldnn._linear_pointwise(x_head, packed_head, None, "none", [], "")
 
     with torch.inference_mode():
-        return _timed(step, repeats)
+        return bench(step, repeats)
 
 
 def engine_step(engine: Any, rows: int, steps: int = 64) -> float:
@@ -201,7 +190,7 @@ def engine_step(engine: Any, rows: int, steps: int = 64) -> float:
 
     batch = engine.new_batch(None, engine.new_prefix_cache(0))
     prompts = [engine.encode_prompt([Message(role="user", content=PROMPTS[i % len(PROMPTS)])]) for i in range(rows)]
-    batch.add([DecodeRow(prompt_ids=list(p), max_tokens=steps + 8, temperature=0.7, seed=i) for i, p in enumerate(prompts)])
+    batch.add([DecodeRow(prompt_ids=p, max_tokens=steps + 8, temperature=0.7, seed=i) for i, p in enumerate(prompts)])
     for _ in range(4):
         batch.step()
     t0 = time.perf_counter()
@@ -212,8 +201,7 @@ def engine_step(engine: Any, rows: int, steps: int = 64) -> float:
 
 def bandwidth(threads: int) -> float:
     torch.set_num_threads(threads)
-    big = torch.randn(64 * 1024 * 1024)  # 256 MB
-    return big.numel() * 4 / _timed(big.sum, 10) / 1e9
+    return memory_bandwidth()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -237,9 +225,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     weight_mb = sum(w.numel() for w in mats) * 4 / 1e6
     gflop_per_row = 2 * sum(w.numel() for w in mats) / 1e9
     kernels: dict[str, dict[str, Any]] = {}
-    int4 = int4_layers(engine, mats)
+    int4 = int4_layers(mats)
     if isinstance(int4, str):
         kernels["int4pack_fp32"] = {"all": {"error": int4}}
+    else:  # the 4-bit layers, their scales and offsets, and the fp32 LM head
+        int4_read_mb = (sum(p.numel() * p.element_size() + s.numel() * 4 for p, s, _ in int4) + mats[-1].numel() * 4) / 1e6
     steps: dict[str, float] = {}
     for rows in a.rows:
         key = str(rows)
@@ -258,8 +248,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"rows {rows:3d}  inductor_cpp_gemm  {kernels['inductor_cpp_gemm'][key]}", flush=True)
         if not isinstance(int4, str):
             ms = 1e3 * int4_products(int4, mats[-1], rows, max(1, a.repeats // 5))
-            read_mb = (sum(p.numel() * p.element_size() + s.numel() * 4 for p, s, _ in int4) + mats[-1].numel() * 4) / 1e6
-            kernels.setdefault("int4pack_fp32", {})[key] = {"products_ms": round(ms, 2), "read_mb": round(read_mb, 1)}
+            kernels.setdefault("int4pack_fp32", {})[key] = {"products_ms": round(ms, 2), "read_mb": round(int4_read_mb, 1)}
             print(f"rows {rows:3d}  int4pack_fp32      {ms:7.2f} ms", flush=True)
         torch.set_num_threads(cores)
         steps[key] = round(1e3 * engine_step(engine, rows), 2)

@@ -172,17 +172,27 @@ def run_transformers(levels: list[int], max_tokens: int) -> dict[str, Any]:
     return out
 
 
+def bench(fn: Any, n: int) -> float:
+    """Seconds per call of ``fn`` over ``n`` calls, after three warm-up calls."""
+    for _ in range(3):
+        fn()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
+def memory_bandwidth() -> float:
+    """GB/s of a sum over 256 MB, with torch's current thread count."""
+    import torch
+
+    big = torch.randn(64 * 1024 * 1024)
+    return big.numel() * 4 / bench(big.sum, 10) / 1e9
+
+
 def hardware_limits() -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
-
-    def bench(fn: Any, n: int) -> float:
-        for _ in range(3):
-            fn()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        return (time.perf_counter() - t0) / n
 
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     w, x = torch.randn(3072, 576), torch.randn(64, 576)
@@ -190,8 +200,7 @@ def hardware_limits() -> dict[str, Any]:
     flops = 2 * 64 * 3072 * 576
     onednn = flops / bench(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""), 50) / 1e9
     mkl = flops / bench(lambda: F.linear(x, w), 50) / 1e9
-    big = torch.randn(64 * 1024 * 1024)  # 256 MB
-    bandwidth = big.numel() * 4 / bench(big.sum, 10) / 1e9
+    bandwidth = memory_bandwidth()
     weights_gb, gflop_per_token = 0.540, 0.27
     return {
         "matmul_gflops_onednn": round(onednn, 1),
