@@ -254,6 +254,8 @@ class AgentSession:
             await self.fail(e)
             return []
         t.messages.extend(out.messages)
+        if out.tools is not None:  # the step changed the session's tools
+            t.tools = list(out.tools)
         self._update(out.finish, out.status, out.reward, out.metrics)
         await self._apply_stops()
         return list(out.messages)

@@ -14,6 +14,11 @@ Who is at fault decides what happens (see :mod:`agentrl_envs.errors`):
   the model's failure);
 * ``task.turn_limit`` rounds (the session's own limit) without the task finishing → ``task limit reached``, reward 0
   (gymnasium: *truncated*).
+
+A task that follows another harness's rules for a whole assistant message (BFCL ends a user turn
+when a message's calls do not decode) answers it in :meth:`Task.on_assistant` instead. When a
+step changes the session's tools (:meth:`Task.session_tools`), the step's output carries the new
+list in ``tools`` (``None`` otherwise).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class Episode:
         self.tool_errors = 0
         self.started = False
         self.closed = False
+        #: The tools the client was last sent (at the start, or with the step that changed them).
+        self._tools: list[dict[str, Any]] = []
 
     @property
     def finished(self) -> bool:
@@ -64,10 +71,8 @@ class Episode:
         except Exception as e:
             await self._fail(e, "setup")
             return self.output([], type(self.task).tool_definitions())
-        return self.output(
-            [_wire_message(m) for m in opening],
-            type(self.task).tool_definitions(),
-        )
+        self._tools = self.task.session_tools()
+        return self.output([_wire_message(m) for m in opening], self._tools)
 
     async def step(self, messages: list[dict[str, Any]] | list[Message]) -> EnvOutput:
         if self.finished:
@@ -76,18 +81,38 @@ class Episode:
             parsed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
         except ValidationError as e:
             raise InvalidRequestError(f"invalid assistant message: {e.errors()[0].get('msg')}") from None
-        calls = [c for m in parsed if m.role == "assistant" for c in (m.tool_calls or [])]
+        assistant = [m for m in parsed if m.role == "assistant"]
         self.turns += 1
         new: list[dict[str, Any]] = []
+        try:
+            handled = await self.task.on_assistant(assistant)
+        except Exception as e:  # the task's own fault
+            await self._fail(e, "on_assistant")
+            return self.output(new)
+        if handled is not None:
+            new = [_wire_message(m) for m in handled]
+        elif not await self._dispatch(assistant, new):
+            return self.output(new)
+        if not self.finished and self.turns >= self.task.turn_limit:
+            self.task.finish(0.0, status=SampleStatus.TASK_LIMIT_REACHED)
+        tools = self._changed_tools()
+        if self.finished:
+            await self.close()
+        return self.output(new, tools)
+
+    async def _dispatch(self, assistant: list[Message], new: list[dict[str, Any]]) -> bool:
+        """The SDK's answer to an assistant message: run its tool calls in order (or answer its
+        text with :meth:`Task.on_text`), appending to ``new``. False once the task failed."""
+        calls = [c for m in assistant for c in (m.tool_calls or [])]
         if not calls:
-            text = "\n".join(m.text() for m in parsed if m.role == "assistant")
+            text = "\n".join(m.text() for m in assistant)
             try:
                 reply = await self.task.on_text(text)
             except ToolCallError as e:
                 reply = f"Error: {e.message}"
             except Exception as e:  # the task's own fault
                 await self._fail(e, "on_text")
-                return self.output(new)
+                return False
             if reply is not None:
                 new.append({"role": "user", "content": reply})
         for call in calls:
@@ -98,15 +123,19 @@ class Episode:
                 content = f"Error: {e.message}"
             except Exception as e:  # the task's own fault
                 await self._fail(e, f"tool {call.function.name!r}")
-                return self.output(new)
+                return False
             new.append(tool_message(call.id, content))
             if self.finished:
                 break
-        if not self.finished and self.turns >= self.task.turn_limit:
-            self.task.finish(0.0, status=SampleStatus.TASK_LIMIT_REACHED)
-        if self.finished:
-            await self.close()
-        return self.output(new)
+        return True
+
+    def _changed_tools(self) -> list[dict[str, Any]] | None:
+        """The session's tools if this step changed them (sent with the step), else ``None``."""
+        current = self.task.session_tools()
+        if current == self._tools:
+            return None
+        self._tools = current
+        return current
 
     async def _run_tool(self, call: ToolCall) -> str:
         specs = type(self.task).tool_specs()

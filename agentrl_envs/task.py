@@ -56,7 +56,7 @@ import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .errors import DataError, ToolCallError
-from .schema import SampleStatus
+from .schema import Message, SampleStatus
 
 if TYPE_CHECKING:
     from .policy import Policy
@@ -268,6 +268,23 @@ class Task:
         A :class:`~agentrl_envs.errors.ToolCallError` raised here is sent back as ``Error: ...``.
         By default: :meth:`no_tool_call_message`."""
         return self.no_tool_call_message()
+
+    async def on_assistant(self, messages: list[Message]) -> list[dict[str, Any]] | None:
+        """Answer the model's assistant message yourself, or return ``None`` (the default) to let
+        the SDK run its tool calls (or :meth:`on_text`).
+
+        For a task that follows another harness's rules for a whole message (BFCL decodes all of
+        a message's calls at once and ends the user turn when one does not decode). Return the new
+        messages: one tool message per tool call (its ``tool_call_id``), then any user message.
+        The round counts; anything raised here ends the episode as ``task error``."""
+        return None
+
+    def session_tools(self) -> list[dict[str, Any]]:
+        """The tools this session offers now: by default the class's :meth:`tool_definitions`.
+
+        A task whose tools depend on the sample, or change during an episode (BFCL's held-back
+        functions), overrides it; the episode sends a changed list with the step that changed it."""
+        return type(self).tool_definitions()
 
     def no_tool_call_message(self) -> str:
         """What the model is told when its message calls no tool (the round still counts)."""

@@ -80,7 +80,15 @@ def test_the_hand_built_wire_bodies_equal_the_models_dumps():
         assert start == {**out.model_dump(mode="json"), "tools": out.tools or []}
         # The controller's view of each, against the client models.
         view = client_view(step)
-        assert InteractResponse.model_validate(view).model_dump(mode="json") == view
+        assert "tools" not in view  # a step that did not change the tools
+        assert InteractResponse.model_validate(view).model_dump(mode="json", exclude_none=True) == view
         view = client_view(start, tools=True)
         assert StartSampleResponse.model_validate(view).model_dump(mode="json") == view
-    assert client_view({}) == InteractResponse(finish=False, reward=0, status=SampleStatus.RUNNING).model_dump(mode="json")
+        # A step that changed the session's tools carries them through to the client.
+        changed = out.wire(tools=True)
+        view = client_view(changed)
+        assert view["tools"] == (out.tools or [])
+        assert InteractResponse.model_validate(view).model_dump(mode="json") == view
+    assert client_view({}) == InteractResponse(finish=False, reward=0, status=SampleStatus.RUNNING).model_dump(
+        mode="json", exclude_none=True
+    )

@@ -43,7 +43,7 @@ def create_worker_app(service: WorkerService, *, auth: Authenticator | None = No
         req = parse_body(WorkerInteractRequest, body)
         messages = req.messages or []
         out = await service.interact(req.session_id, messages)
-        env_out = out.wire(tools=False)
+        env_out = out.wire(tools=out.tools is not None)  # tools: only when this step changed them
         if not out.messages and is_renewal(messages):
             # A renewal is answered with the renewal message itself (nothing new from the task):
             # agentrl-eval's client rejects a running answer whose `messages` are empty.
