@@ -1,7 +1,8 @@
 """Run a command inside a running sandbox (the ``exec`` path of the bubblewrap backend).
 
-Usage: ``python -I .../sandbox/_enter.py PID USERNS_PID CGROUP_PROCS_FILES(colon-separated) CWD -- ENV... -- ARGV...``
-(``USERNS_PID``: the launcher whose user namespace to join first, in userns mode; 0 in root mode)
+Usage: ``python -I .../sandbox/_enter.py PID USERNS_PID CGROUP_PROCS_FILES(colon-separated) CWD SECCOMP_FD -- ENV... -- ARGV...``
+(``USERNS_PID``: the launcher whose user namespace to join first, in userns mode; 0 in root mode;
+``SECCOMP_FD``: an open file holding the session's seccomp filter, classic BPF, from :mod:`.seccomp`)
 
 Run it as a file, never with ``-m``: it must stay single-threaded to join the sandbox's mount
 namespace, and importing the package could start threads (a BLAS pool). It imports only the
@@ -9,8 +10,9 @@ standard library.
 
 Joins the namespaces of ``PID`` (the sandbox's init) and its root directory, drops every
 capability outside Docker's default set (the sandbox's files may have been changed by the model:
-nothing inside it runs with more than the sandbox's own root has), forks into the pid namespace
-and execs ``ARGV`` with exactly ``ENV``. It waits for the child and exits with its status; if this
+nothing inside it runs with more than the sandbox's own root has), forks into the pid namespace,
+loads the session's seccomp filter (with ``no_new_privs``, as bubblewrap does for the session's
+shell) and execs ``ARGV`` with exactly ``ENV``. It waits for the child and exits with its status; if this
 process dies, the child is killed (parent-death signal). Host Python only: it never loads code
 from the sandbox before the final exec.
 """
@@ -27,12 +29,42 @@ KEEP_CAPS = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31}  # chown dac_override f
 # setuid setpcap net_bind_service net_raw sys_chroot audit_write setfcap
 _PR_CAPBSET_DROP = 24
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_seccomp(libc: ctypes.CDLL, program: bytes) -> None:
+    """Load a classic BPF seccomp program (an array of 8-byte ``struct sock_filter``)."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "loading the seccomp filter failed")
+
+
+def _read_fd(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
 _NS_ORDER = ("ipc", "uts", "net", "pid", "mnt")
 
 
 def main(argv: list[str]) -> int:
     pid, userns_pid, procs, cwd = int(argv[0]), int(argv[1]), argv[2], argv[3]
-    rest = argv[5:]
+    program = _read_fd(int(argv[4]))
+    if not program or len(program) % 8:
+        raise SystemExit("_enter.py: no seccomp program on SECCOMP_FD")
+    rest = argv[6:]
     sep = rest.index("--")
     env_list, cmd = rest[:sep], rest[sep + 1 :]
     for f in filter(None, procs.split(":")):
@@ -66,6 +98,7 @@ def main(argv: list[str]) -> int:
             os.chdir("/")
         env = dict(e.split("=", 1) for e in env_list)
         try:
+            load_seccomp(libc, program)
             os.execvpe(cmd[0], cmd, env)
         except OSError as e:
             os.write(2, f"cannot run {cmd[0]}: {e}\n".encode())

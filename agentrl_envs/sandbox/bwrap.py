@@ -59,6 +59,7 @@ from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxL
 from .cgroups import SessionCgroup, cgroup_parents
 from .owner import owner_token, process_alive
 from .rootfs import default_rootfs_path, is_complete
+from .seccomp import filter_fd, session_filter
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,17 @@ _LAUNCH = str(Path(__file__).with_name("_launch.py"))
 
 def sandbox_env(session_id: str) -> dict[str, str]:
     return {"PATH": PATH, "HOME": "/root", "TERM": "dumb", "LANG": "C.UTF-8", "USER": "root", MARKER_ENV: session_id}
+
+
+def helper_env() -> dict[str, str]:
+    """The whole environment of the processes that start or enter a sandbox (``_launch.py`` and
+    bwrap, ``_enter.py``): the host's ``PATH`` and nothing else. Bubblewrap's ``--clearenv`` cleans
+    only the command it runs; its own copy inside the sandbox (pid 1 of the session's pid
+    namespace) keeps the environment it was started with, which ``/proc/1/environ`` shows to the
+    session. Started from the worker's environment, that was the worker secret and any token or
+    API key the worker held (issue 38, finding 1). ``PATH`` is the standard one, not the worker's
+    (bubblewrap itself is started by its absolute path)."""
+    return {"PATH": PATH}
 
 
 class BubblewrapBackend(SandboxBackend):
@@ -110,6 +122,7 @@ class BubblewrapBackend(SandboxBackend):
         problem = missing_requirements(self.rootfs, userns=self.userns)
         if problem:
             raise SandboxError(problem)
+        session_filter()  # compiled once; raises SandboxError, with the fix, without libseccomp
         self.base_dir.mkdir(parents=True, exist_ok=True)
         problem = await asyncio.to_thread(userns_problem, self.base_dir) if self.userns else None
         if problem:
@@ -194,7 +207,7 @@ def missing_requirements(rootfs: Path, *, userns: bool = False) -> str | None:
 def userns_problem(base_dir: Path) -> str | None:
     """Why userns mode cannot run here, or ``None``: user namespaces with a fresh ``/proc``
     (a probe), and session dirs that can hold an overlay's upper layer (not on overlayfs)."""
-    probe = subprocess.run([sys.executable, "-I", _LAUNCH, "probe"], capture_output=True, text=True, timeout=30)
+    probe = subprocess.run([sys.executable, "-I", _LAUNCH, "probe"], capture_output=True, text=True, timeout=30, env=helper_env())
     if probe.returncode != 0:
         return (
             f"{probe.stderr.strip() or 'the user-namespace probe failed'}. The unprivileged sandbox needs user "
@@ -276,7 +289,7 @@ def _rmtree(path: Path, *, userns: bool = False) -> None:
     shutil.rmtree(path, onerror=unlock)
     if path.exists() and userns:
         # Files scripts gave to other users (their ids are the worker's subordinate range).
-        subprocess.run([sys.executable, "-I", _LAUNCH, "rm", str(path)], capture_output=True, timeout=120)
+        subprocess.run([sys.executable, "-I", _LAUNCH, "rm", str(path)], capture_output=True, timeout=120, env=helper_env())
 
 
 class BubblewrapSandbox(Sandbox):
@@ -302,17 +315,20 @@ class BubblewrapSandbox(Sandbox):
         if self.backend.cgroup_parents:
             self.cgroup = SessionCgroup.create(self.backend.cgroup_parents, self.id, self.limits)
         rd, wr = os.pipe()
+        program = filter_fd()
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *self._launch_argv(info_fd=wr),
+                *self._launch_argv(info_fd=wr, seccomp_fd=program),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                pass_fds=(wr,),
+                pass_fds=(wr, program),
                 start_new_session=True,
+                env=helper_env(),
             )
         finally:
             os.close(wr)
+            os.close(program)
         info = await asyncio.to_thread(_read_all, rd)
         try:
             self.init_pid = int(json.loads(info)["child-pid"])
@@ -324,14 +340,26 @@ class BubblewrapSandbox(Sandbox):
         if result.exit_code != 0:
             raise SandboxError(f"the sandbox shell did not start: {result.output[-2000:]}")
 
-    def _launch_argv(self, info_fd: int) -> list[str]:
+    def _launch_argv(self, info_fd: int, seccomp_fd: int) -> list[str]:
         d, backend = self.dir, self.backend
-        bwrap = ["bwrap", "--bind", str(d / "merged"), "/", "--proc", "/proc", "--dev", "/dev"]
+        bwrap = [shutil.which("bwrap") or "bwrap", "--bind", str(d / "merged"), "/", "--proc", "/proc", "--dev", "/dev"]
         bwrap += ["--unshare-all", "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
         for k, v in sandbox_env(self.id).items():
             bwrap += ["--setenv", k, v]
         bwrap += ["--cap-drop", "ALL"] + [a for c in CAPS for a in ("--cap-add", c)]
-        bwrap += ["--chdir", "/root", "--info-fd", str(info_fd), "/bin/bash", "--norc", "--noprofile", "--noediting", "-i"]
+        bwrap += [
+            "--chdir",
+            "/root",
+            "--info-fd",
+            str(info_fd),
+            "--seccomp",
+            str(seccomp_fd),
+            "/bin/bash",
+            "--norc",
+            "--noprofile",
+            "--noediting",
+            "-i",
+        ]
         procs = ":".join(str(f) for f in (self.cgroup.procs_files if self.cgroup else []))
         # Without a cgroup, per-process rlimits stand in (userns mode: see _launch.py).
         nproc = self.limits.pids if self.cgroup is None else 0
@@ -459,17 +487,23 @@ class BubblewrapSandbox(Sandbox):
         # that starts a thread (numpy's BLAS pool, via gymnasium) makes setns(CLONE_NEWNS) fail
         # with EINVAL (a multithreaded process cannot join a mount namespace).
         userns_pid = self.proc.pid if self.backend.userns and self.proc else 0
-        argv = [sys.executable, "-I", _ENTER, str(self.init_pid), str(userns_pid), procs, "/root", "--"]
+        program = filter_fd()
+        argv = [sys.executable, "-I", _ENTER, str(self.init_pid), str(userns_pid), procs, "/root", str(program), "--"]
         argv += [*env, "--", "/bin/bash", "-c", script, "bash", *args]
         # No stdin → /dev/null (an empty stdin, as AgentBench gives): writing b"" to a pipe whose
         # reader already exited raised "handler is closed" under uvloop in 32-48 of 200 sessions.
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                pass_fds=(program,),
+                start_new_session=True,
+                env=helper_env(),
+            )
+        finally:
+            os.close(program)
         try:
             out, _ = await asyncio.wait_for(proc.communicate(None if stdin is None else stdin.encode()), timeout)
             return CommandResult(proc.returncode, out.decode("utf-8", "replace"), False)

@@ -94,8 +94,11 @@ def regex_example(pattern: str, strip: bool = False) -> str | None:
             text = _build(list(parsed), {}, variant)
         except _Unsupported:
             return None
-        if evaluate_match(text, {"regex": pattern, "strip": strip}):
-            return text
+        try:
+            if evaluate_match(text, {"regex": pattern, "strip": strip}):
+                return text
+        except TimeoutError:
+            return None
     return None
 
 

@@ -21,6 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import regex
+
 from agentrl_envs.errors import DataError
 
 LANGUAGES = ("bash", "python")
@@ -68,6 +70,8 @@ def _script(obj: Any, scripts_dir: Path | None, where: str) -> dict[str, str] | 
     if language not in LANGUAGES:
         raise DataError(f"{where}: unsupported script language {language!r} (supported: {', '.join(LANGUAGES)})")
     if "code" in obj:
+        if not isinstance(obj["code"], str):
+            raise DataError(f"{where}: a script's 'code' must be a string")
         return {"language": language, "code": obj["code"]}
     if "file" in obj:
         if scripts_dir is None:
@@ -80,9 +84,14 @@ def _script(obj: Any, scripts_dir: Path | None, where: str) -> dict[str, str] | 
 
 
 def normalize(item: dict[str, Any], scripts_dir: Path | None = None, *, where: str = "sample") -> dict[str, Any]:
-    """An AgentBench problem (or an already normalized sample) → a sample; raise DataError if invalid."""
+    """An AgentBench problem (or an already normalized sample) → a sample; raise DataError if invalid.
+
+    Both shapes are checked alike (a client's ``custom_task`` may be either): scripts, the match
+    (its regex must compile), the prompt and ``max_turns``."""
+    if not isinstance(item, dict):
+        raise DataError(f"{where}: an OS problem must be an object, got {type(item).__name__}")
     if "init" in item and "evaluation" not in item:  # already normalized
-        return item
+        return _checked_sample(item, where)
     if not isinstance(item.get("description"), str) or not isinstance(item.get("evaluation"), dict):
         raise DataError(f"{where}: an OS problem needs 'description' and 'evaluation'")
     create = item.get("create")
@@ -93,9 +102,7 @@ def normalize(item: dict[str, Any], scripts_dir: Path | None = None, *, where: s
     match = check = example = None
     if "match" in ev:
         m = ev["match"]
-        match = {"answer": m, "strip": True} if isinstance(m, str) else dict(m)
-        if not ({"answer", "regex"} & match.keys()):
-            raise DataError(f"{where}: evaluation.match needs 'answer' or 'regex'")
+        match = _checked_match({"answer": m, "strip": True} if isinstance(m, str) else m, where)
     elif "check" in ev:
         chain = ev["check"] if isinstance(ev["check"], list) else [ev["check"]]
         check = [_script(s, scripts_dir, where) for s in chain]
@@ -104,6 +111,23 @@ def normalize(item: dict[str, Any], scripts_dir: Path | None = None, *, where: s
             raise DataError(f"{where}: a null check entry needs evaluation.example")
     else:
         raise DataError(f"{where}: evaluation needs 'match' or 'check'")
+    return _sample(item, init_list, match, check, example, scripts_dir, where)
+
+
+def _sample(
+    item: dict[str, Any],
+    init: list[Any],
+    match: dict[str, Any] | None,
+    check: list[dict[str, str] | None] | None,
+    example: dict[str, str] | None,
+    scripts_dir: Path | None,
+    where: str,
+) -> dict[str, Any]:
+    """The sample: the judging as given; description, init and start scripts, labels, prompt and
+    ``max_turns`` from ``item``, checked."""
+    labels = item.get("labels") or []
+    if not isinstance(labels, list):
+        raise DataError(f"{where}: 'labels' must be a list")
     extra = {}
     if item.get("prompt") is not None:
         if item["prompt"] not in PROMPTS:
@@ -115,11 +139,43 @@ def normalize(item: dict[str, Any], scripts_dir: Path | None = None, *, where: s
         extra["max_turns"] = item["max_turns"]
     return {
         "description": item["description"],
-        "init": [_script(s, scripts_dir, where) for s in init_list],
+        "init": [_script(s, scripts_dir, where) for s in init],
         "start": _script(item.get("start"), scripts_dir, where),
         "match": match,
         "check": check,
         "example": example,
-        "labels": list(item.get("labels") or []),
+        "labels": list(labels),
         **extra,
     }
+
+
+def _checked_match(match: Any, where: str) -> dict[str, Any]:
+    if not isinstance(match, dict) or not ({"answer", "regex"} & match.keys()):
+        raise DataError(f"{where}: evaluation.match needs 'answer' or 'regex'")
+    for key in ("answer", "regex"):
+        if key in match and not isinstance(match[key], str):
+            raise DataError(f"{where}: match.{key} must be a string")
+    if "regex" in match:
+        try:
+            regex.compile(match["regex"])
+        except regex.error as e:
+            raise DataError(f"{where}: match.regex does not compile: {e}") from None
+    return dict(match)
+
+
+def _checked_sample(item: dict[str, Any], where: str) -> dict[str, Any]:
+    """An already normalized sample (the shape in the module doc), checked as :func:`normalize`
+    checks a raw problem; returned as a new dict."""
+    if not isinstance(item.get("description"), str):
+        raise DataError(f"{where}: a sample needs a string 'description'")
+    init, check = item.get("init"), item.get("check")
+    if not isinstance(init, list) or None in init or (check is not None and not isinstance(check, list)):
+        raise DataError(f"{where}: a sample's 'init' is a list of scripts and its 'check' a list or null")
+    match = _checked_match(item["match"], where) if item.get("match") is not None else None
+    checks = [_script(c, None, where) for c in check] if check is not None else None
+    example = _script(item.get("example"), None, where)
+    if (match is None) == (checks is None):
+        raise DataError(f"{where}: a sample needs exactly one of 'match' and 'check'")
+    if checks is not None and any(c is None for c in checks) and example is None:
+        raise DataError(f"{where}: a null check entry needs 'example'")
+    return _sample(item, init, match, checks, example, None, where)

@@ -1,6 +1,9 @@
 """AgentBench's OS judging: ``match`` (pure) and the ``check`` chain (scripts in the sandbox).
 
-* ``match``: the answer (stripped when ``strip``) equals ``answer``, or ``re.search(regex, answer)``.
+* ``match``: the answer (stripped when ``strip``) equals ``answer``, or ``re.search(regex, answer)``
+  (AgentBench's test, run by the ``regex`` package, whose syntax is ``re``'s, with a time bound:
+  a client's ``custom_task`` brings its own pattern, and one like ``(a|aa)+$`` backtracks for
+  minutes on a short answer; see :func:`evaluate_match`).
 * ``check``: scripts run in order as independent processes with argv ``[answer, out_1, ...]``
   (bash: ``bash -c CODE -- ARGS``, so ``$1`` is the answer; python: ``python3 -c CODE ARGS``); a
   ``None`` entry runs ``example`` instead; each script's stdout is appended to the argv of the next.
@@ -9,18 +12,24 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import regex
+
 from agentrl_envs.sandbox import CommandResult
+
+#: Seconds one regex match may take; past it :func:`evaluate_match` raises ``TimeoutError``.
+REGEX_TIMEOUT_S = 1.0
 
 #: Runs ``(script, args)`` in the session's sandbox; returns its result (stdout only).
 Runner = Callable[[dict[str, str], Sequence[str]], Awaitable[CommandResult]]
 
 
-def evaluate_match(answer: str | None, match: dict[str, Any]) -> bool:
+def evaluate_match(answer: str | None, match: dict[str, Any], *, timeout: float = REGEX_TIMEOUT_S) -> bool:
+    """Whether ``answer`` passes ``match``. A regex search runs at most ``timeout`` seconds (then
+    ``TimeoutError``) and releases the GIL while it runs; call it off the event loop."""
     if answer is None:
         return False
     if match.get("strip", False):
@@ -28,7 +37,7 @@ def evaluate_match(answer: str | None, match: dict[str, Any]) -> bool:
     if "answer" in match:
         return answer == match["answer"]
     if "regex" in match:
-        return re.search(match["regex"], answer) is not None
+        return regex.search(match["regex"], answer, timeout=timeout, concurrent=True) is not None
     return False
 
 

@@ -17,6 +17,9 @@ prompt, the bare problem as user message) and ``"max_turns": 3``: a session's ro
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +33,12 @@ from agentrl_envs.task import Task, tool
 from .prompts import NO_TOOL_CALL, opening_prompts, os_output
 from .reference import OSReferencePolicy, reference_policy
 from .samples import load_path, load_split, normalize
-from .scoring import evaluate_check, evaluate_match, init_command, script_command
+from .scoring import REGEX_TIMEOUT_S, evaluate_check, evaluate_match, init_command, script_command
+
+#: Threads that judge ``match.regex`` answers (see ``OSTask._judge``): as many as the sessions a
+#: worker admits by default (a session is judged once), made only when needed; each is held at
+#: most ``regex_timeout_s``.
+_REGEX_POOL = ThreadPoolExecutor(32, thread_name_prefix="os-regex")
 
 
 class OSConfig(BaseModel):
@@ -46,6 +54,7 @@ class OSConfig(BaseModel):
         memory_mb, pids, cpus: resources of the whole session.
         command_timeout_s: one ``bash_action`` (or init/check script) is interrupted after this.
         max_output_chars: tool output is cut here as AgentBench does (800).
+        regex_timeout_s: seconds a ``match.regex`` judgement may take (then a ``task error``).
         max_turns: round limit of every session (unset: the sample's ``max_turns``, else 8).
     """
 
@@ -61,6 +70,9 @@ class OSConfig(BaseModel):
     cpus: float = Field(1.0, gt=0, description="CPU share of one session (cores).")
     command_timeout_s: float = Field(30.0, gt=0, description="Seconds one command may run.")
     max_output_chars: int = Field(800, gt=20, description="Characters of tool output before truncation.")
+    regex_timeout_s: float = Field(
+        REGEX_TIMEOUT_S, gt=0, le=60, description="Seconds a match.regex judgement may take (then a task error)."
+    )
     max_turns: int | None = Field(None, ge=1, description="Round limit of every session (unset: the sample's max_turns, else 8).")
 
     def limits(self) -> SandboxLimits:
@@ -189,7 +201,20 @@ class OSTask(Task):
     async def _judge(self, answer: str) -> str:
         s = self.sample
         if s.get("match"):
-            ok = evaluate_match(answer, s["match"])
+            try:
+                # Off the event loop, in a pool of its own: a pathological pattern holds one regex
+                # thread for at most regex_timeout_s (the GIL released), and no other session's
+                # step waits on it (issue 38, finding 3: 8.1 s on the event loop before).
+                loop = asyncio.get_running_loop()
+                timeout = self.config.regex_timeout_s
+                ok = await loop.run_in_executor(_REGEX_POOL, partial(evaluate_match, answer, s["match"], timeout=timeout))
+            except TimeoutError:
+                self.finish(
+                    0.0,
+                    status=SampleStatus.TASK_ERROR,
+                    error=f"the task's match.regex ran over {timeout:g} s on the answer (a backtracking pattern)",
+                )
+                return "The answer could not be judged."
         else:
             assert self.box is not None
             box = self.box

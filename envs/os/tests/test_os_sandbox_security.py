@@ -1,5 +1,9 @@
 """What a session must not be able to do, on real sandboxes: reach the network or the host's
-files, see another session, or take the worker down with a fork bomb, a memory hog or a loop."""
+files, see another session or anything of the worker's environment, make namespaces of its own
+past the seccomp filter, or take the worker down with a fork bomb, a memory hog or a loop.
+
+(``tests/containers/test_os_worker_userns.py`` runs this file inside the socket-free OS worker
+image too, so each check holds in both launch modes.)"""
 
 from __future__ import annotations
 
@@ -59,6 +63,47 @@ async def test_host_files_are_out_of_reach(backend: BubblewrapBackend):
     finally:
         for m in markers:
             m.unlink(missing_ok=True)
+
+
+#: Every environment and command line of the session's processes, one variable or argument a line.
+EVERY_ENVIRON = "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; tr '\\0' '\\n' < $p/cmdline; done 2>/dev/null"
+
+
+async def test_nothing_of_the_workers_environment_is_visible(backend: BubblewrapBackend, monkeypatch):
+    """Issue 38, finding 1: bubblewrap's init (pid 1 of the session) kept the worker's environment."""
+    secret = f"worker-secret-{os.getpid()}-{time.monotonic_ns()}"
+    monkeypatch.setenv("AGENTRL_WORKER_SECRET", secret)
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    async with await backend.create() as box:
+        for seen in ((await box.shell(EVERY_ENVIRON)).output, (await box.exec(EVERY_ENVIRON)).output):
+            assert "AGENTRL_SANDBOX=" in seen and "PATH=" in seen, seen  # the control: environments were read
+            assert secret not in seen and "AGENTRL_WORKER_SECRET" not in seen and "OPENAI_API_KEY" not in seen, seen
+            paths = {line for line in seen.splitlines() if line.startswith("PATH=")}
+            assert paths == {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, paths  # not the worker's
+
+
+#: A clone(2) with CLONE_NEWUSER (0x10000000) | SIGCHLD from Python, as a C program would call it.
+CLONE_NEWUSER = "import ctypes, os; r = ctypes.CDLL(None, use_errno=True).syscall(56, 0x10000000 | 17, 0, 0, 0, 0); print('clone', r, os.strerror(ctypes.get_errno()))"
+
+
+async def test_every_session_process_runs_under_the_seccomp_filter(backend: BubblewrapBackend):
+    """Issue 38, item 7: sessions started by a worker on a host ran with no filter (``Seccomp: 0``)."""
+    probe = (
+        "grep '^Seccomp:' /proc/self/status; unshare -U true 2>&1; echo unshare=$?; "
+        f'python3 -c "{CLONE_NEWUSER}"; '
+        "python3 -c 'import ctypes, os; print(\"keyctl\", ctypes.CDLL(None, use_errno=True).syscall(250, 0, 0, 0, 0, 0), os.strerror(ctypes.get_errno()))'"
+    )
+    async with await backend.create() as box:
+        for seen in ((await box.shell(probe)).output, (await box.exec(probe)).output):
+            assert "Seccomp:\t2" in seen, seen
+            assert "unshare=1" in seen and "Operation not permitted" in seen, seen
+            assert "clone -1 Operation not permitted" in seen, seen  # no user namespace by clone either
+            assert "keyctl -1 Operation not permitted" in seen, seen  # a call the profile refuses
+            assert (
+                await box.shell(
+                    "python3 -c 'import threading; t = threading.Thread(target=print, args=(1,)); t.start(); t.join()'"
+                )
+            ).output == "1\n"
 
 
 async def test_sessions_do_not_see_each_other(backend: BubblewrapBackend):
