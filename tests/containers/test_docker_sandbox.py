@@ -81,6 +81,26 @@ async def test_no_network_no_host_files_no_other_sessions(backend):
         await b.close()
 
 
+async def test_nothing_of_the_workers_environment_is_visible(monkeypatch):
+    """Issue 38, finding 1, for this backend: a session container gets the image's environment,
+    never the worker's (checked in its shell and in an exec'd command; every process's)."""
+    require_docker()
+    secret = f"worker-secret-{time.monotonic_ns()}"
+    monkeypatch.setenv("AGENTRL_WORKER_SECRET", secret)
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    be = DockerBackend(LIMITS, pool_size=0)  # the secret is set before any container exists
+    await be.open()
+    try:
+        box = await be.create()
+        every = "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; tr '\\0' '\\n' < $p/cmdline; done 2>/dev/null"
+        for seen in ((await box.shell(every)).output, (await box.exec(every)).output):
+            assert "PATH=" in seen, seen  # the control: environments were read
+            assert secret not in seen and "AGENTRL_WORKER_SECRET" not in seen and "OPENAI_API_KEY" not in seen, seen
+        await box.close()
+    finally:
+        await be.close()
+
+
 async def test_memory_and_pids_limits(backend):
     async with await backend.create() as sb:
         r = await sb.shell("python3 -c \"b = bytearray(400 * 2**20); print('allocated')\"")
