@@ -28,6 +28,15 @@ Tokens are the API's ``usage``, summed over the task's episodes (every attempt o
 
 ``overall.success_rate`` is the mean of the per-task success rates (AgentBench's "avg" column),
 ``pass_at_k`` and ``avg_reward`` likewise; ``micro_success_rate`` pools all scored episodes.
+
+Categories: a task whose episodes name a ``category`` in their metrics (BFCL's) also gets
+``"categories": {name: {"n", "success_rate", "group", "weight"}}``, ``"groups": {name:
+{"categories", "success_rate", "weight"}}`` and ``"category_score"``. A category's group is the
+metric ``category_group`` (default: the category itself), the group's weight ``category_weight``
+(default 1); a group's rate is the unweighted mean of its categories' rates and
+``category_score`` the weighted mean of the rates of the groups that were run: BFCL's
+leaderboard weighting restricted to the categories run. Scored episodes without a category are
+left out of these three.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from .store import REPORT, SUMMARY, TRAJECTORIES, encode, trajectory_record
 from .tables import comparison_columns, format_comparison, format_table, model_summaries
 
 __all__ = [
+    "category_summary",
     "format_comparison",
     "format_table",
     "model_summaries",
@@ -103,11 +113,39 @@ def task_summary(episodes: list[EpisodeResult], runs: int = 1) -> dict[str, Any]
     }
 
 
+def category_summary(episodes: list[EpisodeResult]) -> dict[str, Any] | None:
+    """``categories``, ``groups`` and ``category_score`` of one task's episodes (see the module
+    docstring), or ``None`` when no scored episode names a category."""
+    by_category: dict[str, list[EpisodeResult]] = {}
+    for ep in episodes:
+        if ep.scored and ep.metrics.get("category"):
+            by_category.setdefault(str(ep.metrics["category"]), []).append(ep)
+    if not by_category:
+        return None
+    categories: dict[str, dict[str, Any]] = {}
+    groups: dict[str, dict[str, Any]] = {}
+    for name, eps in by_category.items():
+        first = eps[0].metrics
+        group, weight = str(first.get("category_group") or name), float(first.get("category_weight") or 1.0)
+        rate = _mean([float(ep.success) for ep in eps])
+        categories[name] = {"n": len(eps), "success_rate": rate, "group": group, "weight": weight}
+        groups.setdefault(group, {"categories": [], "rates": [], "weight": weight})
+        groups[group]["categories"].append(name)
+        groups[group]["rates"].append(rate)
+    for g in groups.values():
+        g["success_rate"] = _mean(g.pop("rates"))
+    total = sum(g["weight"] for g in groups.values())
+    score = sum(g["weight"] * g["success_rate"] for g in groups.values()) / total if total else None
+    return {"categories": categories, "groups": groups, "category_score": score}
+
+
 def _model_summary(episodes: list[EpisodeResult], tasks: list[str], runs: int) -> dict[str, Any]:
     grouped: dict[str, list[EpisodeResult]] = {t: [] for t in tasks}
     for ep in episodes:
         grouped.setdefault(ep.task, []).append(ep)
     per_task = {task: task_summary(eps, runs) for task, eps in grouped.items()}
+    for task, eps in grouped.items():
+        per_task[task].update(category_summary(eps) or {})
     scored = [ep for ep in episodes if ep.scored]
     return {
         "tasks": per_task,

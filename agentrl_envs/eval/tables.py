@@ -101,6 +101,7 @@ def format_table(summary: dict[str, Any], model: str | None = None) -> str:
                 tokens(s.get("completion_tokens")),
             ]
         )
+        rows += [[label, n, rate, *[""] * (len(header) - 3)] for label, n, rate in category_rows(s)]
     o = entry["overall"]
     rows.append(
         [
@@ -116,6 +117,21 @@ def format_table(summary: dict[str, Any], model: str | None = None) -> str:
     )
     title = f"model: {label}" + (f"   runs per sample: {k}" if k > 1 else "")
     return "\n".join([title, *_aligned(rows, {1, len(rows) - 1})])
+
+
+def category_rows(task: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, n, success) rows under a task that reports categories (success: avg@K with K
+    runs): one per category, then, when several categories were run, one per group
+    (``= group (weight)``) and the task's weighted score (``= weighted``); none otherwise."""
+    categories, groups = task.get("categories") or {}, task.get("groups") or {}
+    rows = [(f"  {name}", str(c["n"]), _pct(c["success_rate"])) for name, c in categories.items()]
+    if len(categories) > 1:
+        rows += [
+            (f"  = {name} ({g['weight']:g})", str(sum(categories[c]["n"] for c in g["categories"])), _pct(g["success_rate"]))
+            for name, g in groups.items()
+        ]
+        rows.append(("  = weighted", "", _pct(task.get("category_score"))))
+    return rows
 
 
 #: One column group of a side-by-side table: (label, runs per sample, {"tasks", "overall"}).
