@@ -11,6 +11,10 @@ Layout and isolation (the contract the security tests check):
   ``--new-session``, ``--die-with-parent``; ``/proc`` and a minimal ``/dev``.
 * **User.** Root inside (as in AgentBench's containers) with only Docker's default capabilities,
   in bubblewrap's own user namespace where uid 0 is the only id mapped.
+* **System calls.** Every process of a session runs under :mod:`.seccomp`'s filter (bubblewrap
+  loads it into the shell, ``_enter.py`` into each command it runs), in both launch modes.
+* **Environment.** Nothing of the worker's: the processes that start and enter a sandbox get the
+  standard ``PATH`` alone (:func:`helper_env`), and the session's commands :func:`sandbox_env`.
 * **Limits.** memory and pids through a cgroup per session (:mod:`.cgroups`) where cgroups are
   writable; else (a container) ``RLIMIT_NPROC`` per session and ``RLIMIT_DATA`` per process
   (``_launch.py``). A command past its timeout is interrupted (SIGINT to the shell's process
