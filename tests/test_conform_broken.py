@@ -23,6 +23,8 @@ from agentrl_envs.conform import WireOptions, run_conformance
 from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.episode import TaskRuntime
 from agentrl_envs.stack import ServerThread, free_port
+from agentrl_envs.task import Task
+from agentrl_envs.tasks.echo import EchoTask
 from agentrl_envs.worker import WorkerService, create_worker_app
 
 # (method, path, query, request body) -> (status, body) to answer instead of the worker, or None.
@@ -100,21 +102,23 @@ def controller() -> Iterator[str]:
 
 @pytest.fixture
 def broken_worker(controller: str) -> Iterator[Callable[..., str]]:
-    """``start(answer=..., rewrite=..., **worker_kwargs)``: a Calc worker behind a :class:`Broken`
-    layer, registered with ``controller``; the controller's URL."""
+    """``start(answer=..., rewrite=..., task=Calc, **worker_kwargs)``: a worker of ``task`` (split
+    dev) behind a :class:`Broken` layer, registered with ``controller``; the controller's URL."""
     servers: list[ServerThread] = []
 
-    def start(*, answer: Answer | None = None, rewrite: Rewrite | None = None, **worker_kwargs: Any) -> str:
+    def start(
+        *, answer: Answer | None = None, rewrite: Rewrite | None = None, task: type[Task] = Calc, **worker_kwargs: Any
+    ) -> str:
         port = free_port()
         service = WorkerService(
-            TaskRuntime(Calc, split="dev"),
+            TaskRuntime(task, split="dev"),
             controller_url=controller,
             self_address=f"http://127.0.0.1:{port}/api",
             heartbeat_interval=0.5,
             **worker_kwargs,
         )
         servers.append(ServerThread(Broken(create_worker_app(service), answer=answer, rewrite=rewrite), port=port).start())
-        wait_for(lambda: any(w["alive"] for w in httpx.get(f"{controller}/api/list_workers").json().get("calc", [])))
+        wait_for(lambda: any(w["alive"] for w in httpx.get(f"{controller}/api/list_workers").json().get(task.name, [])))
         return controller
 
     yield start
@@ -188,6 +192,61 @@ def _full_as_503(method: str, p: str, request: Any, code: int, body: Any) -> tup
     return (503, body) if p == "/api/start_sample" and code == 406 else (code, body)
 
 
+def _invalid_schema(request: Any, body: Any) -> Any:
+    body["tools"][0]["function"]["parameters"]["properties"]["x"] = {"type": "integer", "minimum": "zero"}
+    return body
+
+
+def _same_name_twice(request: Any, body: Any) -> Any:
+    body["tools"][1]["function"]["name"] = body["tools"][0]["function"]["name"]
+    return body
+
+
+def _no_tool_call_id(request: Any, body: Any) -> Any:
+    for m in body["env_out"]["messages"]:
+        m.pop("tool_call_id", None)
+    return body
+
+
+class _AnswersEnded:
+    """Remembers each session whose step ended its episode, and answers a later step of it with
+    200 (the last answer again) instead of the worker's refusal."""
+
+    def __init__(self) -> None:
+        self.ended: dict[int, Any] = {}
+
+    def answer(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any] | None:
+        sid = (body or {}).get("session_id") if path == "/api/interact" else None
+        return (200, self.ended[sid]) if sid in self.ended else None
+
+    def rewrite(self, method: str, path: str, request: Any, code: int, body: Any) -> tuple[int, Any]:
+        if path == "/api/interact" and code == 200 and body["env_out"]["finish"]:
+            self.ended[request["session_id"]] = body
+        return code, body
+
+
+def _answers_ended() -> dict[str, Any]:
+    layer = _AnswersEnded()
+    return {"answer": layer.answer, "rewrite": layer.rewrite}
+
+
+class _KeepsEnded(_AnswersEnded):
+    """Lists each session whose episode ended in get_sessions still, as a worker that never frees it."""
+
+    def answer(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any] | None:
+        return None
+
+    def rewrite(self, method: str, path: str, request: Any, code: int, body: Any) -> tuple[int, Any]:
+        if path == "/api/get_sessions":
+            return code, {**body, **{str(sid): 0 for sid in self.ended}}
+        return super().rewrite(method, path, request, code, body)
+
+
+def _keeps_ended() -> dict[str, Any]:
+    layer = _KeepsEnded()
+    return {"answer": layer.answer, "rewrite": layer.rewrite}
+
+
 # (check, what breaks it: Broken's and WorkerService's arguments, options, fragments of the failure message)
 BREAKAGES: dict[str, tuple[str, dict[str, Any], WireOptions, list[str]]] = {
     "health: worker_status's concurrency is not its heartbeat's": (
@@ -207,7 +266,8 @@ BREAKAGES: dict[str, tuple[str, dict[str, Any], WireOptions, list[str]]] = {
         {"answer": _unknown_tool_crashes},
         OPTIONS,
         [
-            "round 1 (an unknown tool): expected the episode to go on, got it ended (status 'task error'",
+            "round 1 (an unknown tool): expected the episode to go on, or to end with a status that puts the mistake on the model",
+            "got it ended (status 'task error'",
             "rejected the step (500)",
         ],
     ),
@@ -224,6 +284,44 @@ BREAKAGES: dict[str, tuple[str, dict[str, Any], WireOptions, list[str]]] = {
         {"rewrite": _set("/api/interact", _limit_as_completed)},
         WireOptions(idle_timeout=IDLE_S, settle=2.0, turn_limit=5),
         ["expected the episode to end 'task limit reached' at round 5, got it still running"],
+    ),
+    "tool_schemas: parameters that are not valid JSON Schema": (
+        "tool_schemas",
+        {"rewrite": _set("/api/start_sample", _invalid_schema)},
+        OPTIONS,
+        ["tool 'add': 'parameters' is not valid JSON Schema (Draft 2020-12): 'zero' is not of type 'number'"],
+    ),
+    "tool_schemas: two tools of one name": (
+        "tool_schemas",
+        {"rewrite": _set("/api/start_sample", _same_name_twice)},
+        OPTIONS,
+        ["tool 'add': expected unique tool names, got 'add' twice"],
+    ),
+    "bad_calls: a tool call answered without its tool_call_id": (
+        "bad_calls",
+        {"rewrite": _set("/api/interact", _no_tool_call_id)},
+        OPTIONS,
+        [
+            "round 1 (an unknown tool): expected a tool message answering call 'c_unknown' (a chat answers every tool call"
+            " before the model's next turn), got"
+        ],
+    ),
+    "ended_session: the worker answers a step of a session that ended with 200": (
+        "ended_session",
+        _answers_ended(),
+        OPTIONS,
+        [
+            "expected worker http://127.0.0.1:",
+            "to refuse a step of session",
+            "after it ended (status 'completed', reward 0, round 3 calling answer({\"value\": 0})) (HTTP 4xx), got POST"
+            " /api/interact -> HTTP 200",
+        ],
+    ),
+    "ended_session: the worker keeps a session that ended": (
+        "ended_session",
+        _keeps_ended(),
+        OPTIONS,
+        ["to release session", "after it ended (status 'completed'", "within 2 s, got it still in the worker's get_sessions"],
     ),
     "cancel: the worker keeps a cancelled session": (
         "cancel",
@@ -277,3 +375,46 @@ def test_a_worker_that_breaks_a_rule_fails_that_check(broken_worker, breakage):
     for fragment in fragments:
         assert fragment in result.message, f"{fragment!r} not in:\n{result.message}"
     assert not report.passed and "FAILED" in report.text()
+
+
+def _undescribed(request: Any, body: Any) -> Any:
+    for t in body["tools"]:
+        t["function"].pop("description")
+        for prop in t["function"]["parameters"]["properties"].values():
+            prop.pop("description", None)
+    return body
+
+
+def test_missing_descriptions_are_advice_not_failure(broken_worker):
+    url = broken_worker(rewrite=_set("/api/start_sample", _undescribed))
+    report = run_conformance(url, "calc", options=OPTIONS, checks=["tool_schemas"])
+    result = report.result("tool_schemas")
+    assert result.outcome == "passed", report.text()
+    assert all(note.startswith("advice: task 'calc' at ") for note in result.notes), result.notes
+    assert any("tool 'add': expected a non-empty description" in note for note in result.notes), result.notes
+    assert any("tool 'add': expected a description for every argument" in note and "['x', 'y']" in note for note in result.notes)
+
+
+def _other_opening(request: Any, body: Any) -> Any:
+    body["messages"][-1]["content"] = "Echo the word 'other'."
+    return body
+
+
+def test_the_installed_tasks_references_are_replayed_only_for_its_own_samples(broken_worker):
+    # our echo worker, its references those of the echo installed here: replayed
+    report = run_conformance(broken_worker(task=EchoTask), "echo", options=OPTIONS, checks=["reference_replay"])
+    result = report.result("reference_replay")
+    assert result.outcome == "passed", report.text()
+    assert result.notes[:2] == [
+        "reference_policy of the task installed here",
+        "for this worker's samples: 8 of split 'dev', the same tools and opening messages of samples [0, 7]",
+    ]
+
+
+def test_references_are_not_replayed_on_samples_that_say_something_else(broken_worker):
+    url = broken_worker(task=EchoTask, rewrite=_set("/api/start_sample", _other_opening))
+    report = run_conformance(url, "echo", options=OPTIONS, checks=["reference_replay"])
+    result = report.result("reference_replay")
+    assert result.outcome == "skipped", report.text()
+    assert "sample 0's opening messages are not those of the task 'echo' installed here (split 'dev')" in result.message
+    assert "Echo the word 'other'." in result.message and "and the worker offers no reference" in result.message

@@ -13,13 +13,18 @@ nobody here built, can be checked::
     report = conform_image("agentrl/worker-node_sum")
 
 * :mod:`.wire` — :class:`WireTarget`: raw HTTP answers from the controller and its workers.
-* :mod:`.checks` — the checks (:data:`CHECKS`, :data:`PROTOCOL_CHECKS`).
+* :mod:`.checks` — the checks (:data:`CHECKS`, :data:`PROTOCOL_CHECKS`); the worker-level ones.
+* :mod:`.moves` — the rounds the checks play, and the one that keeps a session open.
+* :mod:`.rounds`, :mod:`.lifecycle`, :mod:`.references` — how a task answers rounds; how
+  sessions end (cancelled, ended, left idle); the reference replay.
 * :mod:`.options` — :class:`WireOptions`, what the wire cannot tell them (the command line's options).
 * :mod:`.run` — :func:`run_conformance` and its :class:`Report`.
 * :mod:`.image` — :func:`~.image.conform_image`: an image started as ``up`` starts a worker.
 * :mod:`.command` — the command line.
 
-The rules and what a worker must serve: ``docs/conformance.md``.
+It checks what AgentRL's protocol promises, not how agentrl-envs' own workers do things: a worker
+written the way AgentRL's examples write one passes. The rules and what a worker must serve:
+``docs/conformance.md``.
 """
 
 from __future__ import annotations

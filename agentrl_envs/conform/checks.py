@@ -1,46 +1,30 @@
-"""The wire-level checks: the in-process suite's rules (:mod:`agentrl_envs.conformance`), seen
-from a client of the controller and, for the worker's own rules, from the controller's seat.
+"""The wire-level checks: what AgentRL's protocol promises, seen from a client of the controller
+and, for the worker's own rules, from the controller's seat.
 
 Each check is ``check(target, options) -> notes``: it raises :class:`AssertionError` saying what
 was expected and what came, :class:`~agentrl_envs.conformance.ConformanceSkip` (with the reason)
-when it cannot apply, and returns *notes*: what it reports without failing. The rules are listed
-in ``docs/conformance.md``; :data:`PROTOCOL_CHECKS` are those every worker of the protocol must
-pass (AgentRL's own ``agentrl-worker`` tasks included), the others are about how a task answers.
+when it cannot apply, and returns *notes*: what it reports without failing (advice included).
+The rules are listed in ``docs/conformance.md``. They hold a worker to the protocol, not to how
+agentrl-envs' own workers do things: a worker written the way AgentRL's examples write one passes
+every check that applies to it. :data:`PROTOCOL_CHECKS` are about the worker's sessions and
+capacity; the others about how its task answers a model.
+
+This module holds the worker-level checks (``health``, ``tool_schemas``, ``capacity``) and the
+list of them all; :mod:`.rounds`, :mod:`.lifecycle` and :mod:`.references` the others.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
 
-from .. import conformance as in_process
-from ..conformance import NO_CALL, ConformanceSkip, bad_call_cases, check_tool_list, shorten
+from ..conformance import ConformanceSkip, shorten, tool_list_problems
 from ..schema import SampleStatus
+from .lifecycle import check_cancel, check_ended_session, check_idle_expiry
 from .options import WireOptions
-from .wire import Answer, WireTarget, Worker
-
-_ENDED = SampleStatus.TASK_LIMIT_REACHED.value
-
-
-def _first_index(t: WireTarget) -> Any:
-    return t.indices()[0]
-
-
-def _env_out(a: Answer, where: str, role: str | None = None) -> dict[str, Any]:
-    """The body of a step's answer, which must be 200 with ``finish``, ``status``, ``messages``."""
-    body = a.body if isinstance(a.body, dict) else {}
-    assert a.ok and isinstance(body.get("messages"), list) and "finish" in body and "status" in body, (
-        f"{where}: expected {'a ' + role + ' message back' if role else 'an answer'}"
-        f" ({{finish, reward, status, messages, metrics}}), got {a.what()}"
-    )
-    return body
-
-
-def _ended(body: dict[str, Any]) -> str:
-    why = body.get("metrics", {}).get("error") if isinstance(body.get("metrics"), dict) else None
-    return f"status {body.get('status')!r}, reward {body.get('reward')}" + (f", error: {shorten(why)}" if why else "")
-
+from .references import check_reference_replay
+from .rounds import check_bad_calls, check_turn_limit
+from .wire import WireTarget
 
 # --------------------------------------------------------------------------- health
 
@@ -82,9 +66,12 @@ def check_health(t: WireTarget, o: WireOptions) -> list[str]:
 
 
 def check_tool_schemas(t: WireTarget, o: WireOptions) -> list[str]:
-    """A start answers the opening messages and the tools, each an OpenAI function tool with a
-    valid JSON Schema (the in-process rules), and the session id in the ``session_id`` header."""
-    index = _first_index(t)
+    """A start answers the opening messages, status ``running`` and the tools, and the session id
+    in the ``session_id`` header. Each tool must be an OpenAI function tool (a name of
+    ``[a-zA-Z0-9_-]{1,64}``, unique) whose ``parameters``, if any, is an object schema valid under
+    JSON Schema Draft 2020-12; a missing description (of a tool or an argument) is advice: a note.
+    A worker that advertises no tools (a text-only task): skipped."""
+    index = t.first_index()
     with t.session(index) as (_, first):
         where = f"{t.who}, sample {index!r}"
         messages, tools = first.get("messages"), first.get("tools")
@@ -94,174 +81,14 @@ def check_tool_schemas(t: WireTarget, o: WireOptions) -> list[str]:
         assert first.get("status") == SampleStatus.RUNNING.value, (
             f"{where}: expected status 'running', got {first.get('status')!r}"
         )
-        assert isinstance(tools, list) and tools, f"{where}: expected the task's tools in the start's answer, got {tools!r}"
-        check_tool_list(tools, where)
-    return []
-
-
-# --------------------------------------------------------------------------- bad calls
-
-
-def check_bad_calls(t: WireTarget, o: WireOptions) -> list[str]:
-    """Model mistakes (an unknown tool, invalid JSON, a missing required argument, no tool call)
-    are each answered with one tool (or user) message; the episode goes on; each is a round."""
-    index = _first_index(t)
-    with t.session(index) as (sid, first):
-        cases, notes = bad_call_cases(first.get("tools") or [])
-        errors = first.get("metrics", {}).get("tool_errors") if isinstance(first.get("metrics"), dict) else None
-        for turn, (what, message, role, mention) in enumerate(cases, start=1):
-            where = f"{t.who}, sample {index!r}, round {turn} ({what})"
-            body = _env_out(t.interact(sid, message), where, role)
-            if body["finish"] and body["status"] == _ENDED:
-                raise ConformanceSkip(f"{t.who}: the round limit {turn} is too short for {len(cases)} bad calls")
-            assert not body["finish"], f"{where}: expected the episode to go on, got it ended ({_ended(body)})"
-            out = body["messages"]
-            assert len(out) == 1, f"{where}: expected exactly one {role} message back, got {shorten(out)}"
-            answer = out[0]
-            assert isinstance(answer, dict) and answer.get("role") == role, (
-                f"{where}: expected a {role} message back, got {answer!r}"
-            )
-            content = answer.get("content")
-            assert isinstance(content, str) and content.strip(), f"{where}: expected a readable text, got {content!r}"
-            metrics = body.get("metrics") if isinstance(body.get("metrics"), dict) else {}
-            if role == "tool":
-                call_id = message["tool_calls"][0]["id"]
-                assert answer.get("tool_call_id") == call_id, (
-                    f"{where}: expected the answer to carry tool_call_id {call_id!r}, got {answer.get('tool_call_id')!r}"
-                )
-                if "tool_errors" in metrics:
-                    expected = (errors if errors is not None else metrics["tool_errors"] - 1) + 1
-                    assert metrics["tool_errors"] == expected, (
-                        f"{where}: expected the tool_errors metric to grow to {expected}, got {metrics['tool_errors']}"
-                    )
-                    errors = metrics["tool_errors"]
-            if mention is not None:
-                assert mention in content, f"{where}: expected the answer to mention {mention!r}, got {content!r}"
-            if "turns" in metrics:
-                assert metrics["turns"] == turn, (
-                    f"{where}: expected the round to count (turns = {turn}), got turns = {metrics['turns']!r}"
-                )
-            elif turn == 1:
-                notes.append("the answers carry no `turns` metric: that each bad call counts as a round is not checked")
-    return notes
-
-
-# --------------------------------------------------------------------------- round limit
-
-
-def check_turn_limit(t: WireTarget, o: WireOptions) -> list[str]:
-    """A session whose every message calls no tool gets one user message a round and ends
-    ``task limit reached`` with reward 0 after its round limit (``turn_limit`` if given); a step
-    after the end is refused (4xx)."""
-    index = _first_index(t)
-    cap = o.turn_limit or o.max_rounds
-    with t.session(index) as (sid, _):
-        for turn in range(1, cap + 1):
-            where = f"{t.who}, sample {index!r}, round {turn} without a tool call"
-            body = _env_out(t.interact(sid, dict(NO_CALL)), where, "user")
-            roles = [m.get("role") if isinstance(m, dict) else m for m in body["messages"]]
-            assert roles == ["user"], f"{where}: expected one user message back, got {shorten(body['messages'])}"
-            if body["finish"]:
-                break
-        else:
-            if o.turn_limit is not None:
-                raise AssertionError(
-                    f"{t.who}, sample {index!r}: expected the episode to end 'task limit reached' at round {o.turn_limit}, got it still running"
-                )
-            raise ConformanceSkip(
-                f"{t.who}: no end within {cap} rounds without a tool call (a round limit above what the check plays:"
-                " pass --turn-limit N, or --max-rounds N to play more)"
-            )
-        if o.turn_limit is not None:
-            assert turn == o.turn_limit, (
-                f"{where}: expected the episode to end at round {o.turn_limit} (the round limit), got it ended here"
-            )
-        assert body["status"] == _ENDED and body.get("reward") == 0, (
-            f"{where}: expected the episode to end with status 'task limit reached', reward 0; got {_ended(body)}"
-        )
-        metrics = body.get("metrics") if isinstance(body.get("metrics"), dict) else {}
-        if "turns" in metrics:
-            assert metrics["turns"] == turn, f"{where}: expected metrics turns = {turn}, got {metrics['turns']!r}"
-        a = t.interact(sid, dict(NO_CALL))
-        assert 400 <= a.status < 500, f"{t.who}: expected a step after the end to be refused (HTTP 4xx), got {a.what()}"
-    return [f"round limit: {turn}"]
-
-
-# --------------------------------------------------------------------------- cancel
-
-
-def _released(t: WireTarget, w: Worker, sid: int, what: str, seconds: float) -> None:
-    """Neither the controller nor the worker holds session ``sid`` (within ``seconds``), and both
-    refuse a step of it."""
-    if not t.wait(lambda: str(sid) not in t.held(w) and sid not in t.open_sessions(), seconds):
-        where = "in the worker's get_sessions" if str(sid) in t.held(w) else "in the controller's list_sessions"
-        raise AssertionError(
-            f"{t.who}: expected worker {w.address} and the controller to release session {sid} {what} within {seconds:g} s,"
-            f" got it still {where}"
-        )
-    a = t.on_worker(w, "POST", "interact", json={"session_id": sid, "messages": [dict(NO_CALL)]})
-    assert 400 <= a.status < 500, (
-        f"{t.who}: expected worker {w.address} to refuse a step of session {sid} {what} (HTTP 4xx), got {a.what()}"
-    )
-    a = t.interact(sid, dict(NO_CALL))
-    assert 400 <= a.status < 500, (
-        f"{t.who}: expected the controller to refuse a step of session {sid} {what} (HTTP 4xx), got {a.what()}"
-    )
-
-
-def check_cancel(t: WireTarget, o: WireOptions) -> list[str]:
-    """A session cancelled through the controller is released by its worker: gone from its
-    ``get_sessions``, ``worker_status`` counting one less, a step of it refused (4xx)."""
-    index = _first_index(t)
-    with t.session(index) as (sid, _):
-        _env_out(t.interact(sid, dict(NO_CALL)), f"{t.who}, sample {index!r}, round 1")
-        w = t.worker_of(sid)
-        assert str(sid) in t.held(w), (
-            f"{t.who}: expected worker {w.address} to list session {sid} in get_sessions, got {t.held(w)}"
-        )
-        _, before = t.worker_status(w)
-        a = t.cancel(sid)
-        assert a.ok, f"{t.who}: expected the cancel of session {sid} to be accepted, got {a.what()}"
-        _released(t, w, sid, "after it was cancelled", o.settle)
-        _, after = t.worker_status(w)
-    if after < before:
-        return []
-    return [f"worker_status counted {before} sessions before the cancel and {after} after (other clients starting sessions?)"]
-
-
-# --------------------------------------------------------------------------- idle expiry
-
-
-def check_idle_expiry(t: WireTarget, o: WireOptions) -> list[str]:
-    """A session left idle is dropped: by the controller after its idle timeout (the worker then
-    releases it), and by the worker itself after its own (``worker_idle_timeout``), if given."""
-    if o.idle_timeout is None and o.worker_idle_timeout is None:
-        raise ConformanceSkip(
-            f"{t.who}: the controller's idle timeout is not known (pass --idle-timeout S, or --worker-idle-timeout S"
-            " for the worker's own)"
-        )
-    notes = []
-    index = _first_index(t)
-    if o.idle_timeout is not None:
-        with t.session(index) as (sid, _):
-            w = t.worker_of(sid)
-            _released(t, w, sid, f"left idle for the controller's idle timeout ({o.idle_timeout:g} s)", o.idle_timeout + o.settle)
-        notes.append(f"released after the controller's idle timeout ({o.idle_timeout:g} s)")
-    if o.worker_idle_timeout is not None:
-        w = t.live_workers()[0]
-        sid = t.private_id()
-        a = t.start_on(w, index, sid)
-        assert a.ok, f"{t.who}: expected a session started on worker {w.address} directly to start, got {a.what()}"
-        try:
-            if not t.wait(lambda: str(sid) not in t.held(w), o.worker_idle_timeout + o.settle):
-                raise AssertionError(
-                    f"{t.who}: expected worker {w.address} to drop session {sid}, idle for its own idle timeout"
-                    f" ({o.worker_idle_timeout:g} s), within {o.worker_idle_timeout + o.settle:g} s; got it still in get_sessions"
-                )
-        finally:
-            t.on_worker(w, "POST", "cancel", json={"session_id": sid})
-        notes.append(f"dropped by the worker after its own idle timeout ({o.worker_idle_timeout:g} s)")
-    return notes
+        if tools is None or tools == []:
+            raise ConformanceSkip(f"{where}: the worker advertises no tools (a text-only task): the tool checks do not apply")
+        assert isinstance(tools, list), f"{where}: expected the task's tools (a list) in the start's answer, got {tools!r}"
+        problems = tool_list_problems(tools, where)
+    errors = [message for kind, message in problems if kind == "error"]
+    if errors:
+        raise AssertionError(errors[0] + (f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""))
+    return [f"advice: {message}" for kind, message in problems if kind == "advice"]
 
 
 # --------------------------------------------------------------------------- capacity
@@ -278,7 +105,7 @@ def check_capacity(t: WireTarget, o: WireOptions) -> list[str]:
     concurrency, current = t.worker_status(w)
     if concurrency - current > o.max_fill:
         raise ConformanceSkip(f"{where}: {concurrency - current} free slots, more than --max-fill {o.max_fill} to fill")
-    index = _first_index(t)
+    index = t.first_index()
     started: list[int] = []
     try:
         for k in range(concurrency - current):
@@ -316,71 +143,6 @@ def check_capacity(t: WireTarget, o: WireOptions) -> list[str]:
     return notes
 
 
-# --------------------------------------------------------------------------- reference replay
-
-
-def _installed_task(name: str) -> Any:
-    from ..registry import get_task, task_names
-
-    return get_task(name) if name in task_names() else None
-
-
-def check_reference_replay(t: WireTarget, o: WireOptions) -> list[str]:
-    """Every reference the worker offers (``GET {worker}/reference?index=I``: ``{index, messages}``,
-    404 where none) is replayed through the controller and must end ``completed`` with reward 1.
-    A task installed here under the same name replays its ``reference_policy`` instead (the
-    in-process check, against this controller)."""
-    cls = _installed_task(t.task)
-    if cls is not None:
-        return ["reference_policy of the task installed here"] + _in_process_replay(cls, t, o)
-    w = t.live_workers()[0]
-    indices = t.indices()[: o.limit] if o.limit else t.indices()
-    references: dict[Any, list[dict[str, Any]]] = {}
-    for index in indices:
-        a = t.on_worker(w, "GET", "reference", params={"index": index})
-        if a.status == 404:
-            continue
-        body = a.body if isinstance(a.body, dict) else {}
-        assert a.ok and isinstance(body.get("messages"), list) and body["messages"], (
-            f"{t.who}, worker {w.address}: expected GET reference?index={index} to answer {{index, messages: [assistant"
-            f" message, ...]}} or 404, got {a.what()}"
-        )
-        references[index] = body["messages"]
-    if not references:
-        raise ConformanceSkip(f"{t.who}: the worker offers no reference (GET {w.address}/reference?index=I answers 404)")
-    failed = [line for index, messages in references.items() if (line := _replay(t, index, messages))]
-    if failed:
-        raise AssertionError(
-            f"{t.who}: expected every reference replay to end 'completed' with reward 1, got {len(failed)} of {len(references)}"
-            " not solved:\n  " + "\n  ".join(failed[:10]) + (f"; and {len(failed) - 10} more" if len(failed) > 10 else "")
-        )
-    missing = len(indices) - len(references)
-    return [f"{missing} of {len(indices)} samples have no reference (404)"] if missing else []
-
-
-def _replay(t: WireTarget, index: Any, messages: list[dict[str, Any]]) -> str | None:
-    """Play one reference; None if it solved the sample, else what happened (the check's line)."""
-    with t.session(index) as (sid, _):
-        body: dict[str, Any] = {}
-        for turn, message in enumerate(messages, start=1):
-            a = t.interact(sid, message)
-            if not a.ok or not isinstance(a.body, dict):
-                return f"sample {index}: turn {turn}: {a.what()}"
-            body = a.body
-            if body.get("finish"):
-                break
-        if body.get("finish") and body.get("status") == SampleStatus.COMPLETED.value and body.get("reward") == 1:
-            return None
-        state = _ended(body) if body.get("finish") else "still running"
-        return f"sample {index}: {state} after {turn} of {len(messages)} reference turns"
-
-
-def _in_process_replay(cls: Any, t: WireTarget, o: WireOptions) -> list[str]:
-    # The split `agentrl-envs worker` serves by default, as `agentrl-envs check` assumes.
-    split = o.split or (cls.splits[0] if cls.splits else None)
-    return in_process.check_reference_replay(cls, split, controller_url=t.controller)
-
-
 # --------------------------------------------------------------------------- all of them
 
 #: The checks by name, cheapest first; each ``check(target, options) -> notes``.
@@ -390,11 +152,12 @@ CHECKS: dict[str, Callable[[WireTarget, WireOptions], list[str]]] = {
     "bad_calls": check_bad_calls,
     "turn_limit": check_turn_limit,
     "cancel": check_cancel,
+    "ended_session": check_ended_session,
     "capacity": check_capacity,
     "idle_expiry": check_idle_expiry,
     "reference_replay": check_reference_replay,
 }
 
-#: The checks of the protocol itself, which every worker must pass (AgentRL's own included);
-#: the others check how the task answers (AgentBench-FC's rules).
-PROTOCOL_CHECKS = ["health", "tool_schemas", "cancel", "capacity", "idle_expiry"]
+#: The checks of the protocol's sessions and capacity; the others check how the task answers a
+#: model (within what AgentRL's protocol allows) and replay its references.
+PROTOCOL_CHECKS = ["health", "tool_schemas", "cancel", "ended_session", "capacity", "idle_expiry"]

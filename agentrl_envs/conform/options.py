@@ -30,13 +30,19 @@ class WireOptions:
         metadata={"help": "the task's round limit, if known: the turn-limit check then expects exactly that many rounds"},
     )
     max_rounds: int = field(
-        default=40, metadata={"help": "without --turn-limit: rounds the turn-limit check plays before it gives up (skipped)"}
+        default=40,
+        metadata={
+            "help": "without --turn-limit: rounds the turn-limit and ended-session checks play before they give up (skipped)"
+        },
     )
     max_fill: int = field(
         default=64, metadata={"help": "sessions the capacity check opens at most (a worker with more free slots: skipped)"}
     )
     split: str | None = field(
-        default=None, metadata={"help": "the split of a task installed here whose reference_policy replays (default: its first)"}
+        default=None,
+        metadata={
+            "help": "the split of a task installed here whose reference_policy replays on the worker's samples (default: its first)"
+        },
     )
     limit: int | None = field(
         default=None, metadata={"help": "replay at most this many references a worker offers (default: all)"}

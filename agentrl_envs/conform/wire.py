@@ -85,6 +85,9 @@ class WireTarget:
         self._client = httpx.Client(timeout=timeout, headers=client_headers)
         self._worker = httpx.Client(timeout=timeout, headers=bearer(env_token(WORKER_SECRET_ENV)))
         self._ids = itertools.count(_PRIVATE_ID_BASE + secrets.randbelow(10**9) * 1000)
+        #: What a check learned about the task that later checks of the run reuse (e.g.
+        #: :func:`~agentrl_envs.conform.moves.keep_open`'s move).
+        self.learned: dict[str, Any] = {}
 
     def __enter__(self) -> WireTarget:
         return self
@@ -130,6 +133,10 @@ class WireTarget:
 
     def cancel(self, session_id: int) -> Answer:
         return self.api("POST", "cancel", session_id=session_id)
+
+    def first_index(self) -> Any:
+        """The sample the checks play: the task's first."""
+        return self.indices()[0]
 
     def indices(self) -> list[Any]:
         a = self.api("GET", "get_indices", params={"name": self.task})

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from agentrl_workers import require
 from stack_helpers import wait_for
 
 from agentrl_envs.client import AsyncControllerClient
@@ -22,7 +23,7 @@ from agentrl_envs.stack import free_port
 from agentrl_envs.tasks.echo import EchoTask
 
 pytestmark = pytest.mark.compat
-pytest.importorskip("agentrl.worker.task_worker", reason="agentrl-worker is not installed (make test installs it)")
+require("agentrl.worker.task_worker")
 
 
 def tool_call(name: str, args: dict, call_id: str) -> dict:
