@@ -196,6 +196,9 @@ class HeartbeatRequest(BaseModel):
     address: str
     concurrency: int
     indices: list[SampleIndex] = Field(default_factory=list)
+    # Our addition (AgentRL's gRPC heartbeat has it; its HTTP one does not): one id per run of the
+    # worker process, so a worker restarted at the same address is told apart from the run before.
+    id: str | None = None
 
 
 class WorkerStartSampleRequest(BaseModel):

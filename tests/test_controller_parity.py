@@ -197,12 +197,18 @@ def test_cancel_notice_ends_the_session_and_frees_its_slot(make_stack):
     assert r.status_code == 200 and r.json() == {"session_id": a, "ended": True}
     assert a not in open_sessions(stack.url)
     assert_error(interact(stack.url, a, call("add", '{"x": 1}')), 409, "session_finished", "cancel notice")
-    start(stack.url)  # its slot on the controller is free
+    c = start(stack.url)  # its slot on the controller is free
+    # A notice for a session its worker still holds is refused (tests/security/test_cancel_notice_owner.py).
+    r = httpx.post(f"{stack.url}/api/cancel_notice", json={"session_id": b})
+    assert r.status_code == 200 and r.json()["ended"] is False and "still holds" in r.json()["detail"]
+    assert b in open_sessions(stack.url)
     # The body names the session when the header is missing; unknown sessions are only logged.
+    assert httpx.post(f"{worker.url}/api/cancel", json={"session_id": b}).status_code == 200
     r = httpx.post(f"{stack.url}/api/cancel_notice", json={"session_id": b})
     assert r.status_code == 200 and r.json() == {"session_id": b, "ended": True}
+    assert b not in open_sessions(stack.url) and c in open_sessions(stack.url)
     r = httpx.post(f"{stack.url}/api/cancel_notice", headers={"session_id": "123"})
-    assert r.status_code == 200 and r.json() == {"session_id": 123, "ended": False}
+    assert r.status_code == 200 and r.json()["ended"] is False and "not open" in r.json()["detail"]
     assert_error(httpx.post(f"{stack.url}/api/cancel_notice", headers={"session_id": "x"}), 400, "session_error", "integer")
     assert_error(httpx.post(f"{stack.url}/api/cancel_notice"), 400, "session_error", "missing")
 

@@ -184,14 +184,16 @@ def create_controller_app(service: ControllerService | None = None, *, auth: Aut
         request: Request, session_id: str | None = Header(default=None, convert_underscores=False)
     ) -> Response:
         # A worker finished a cancel with notice (AgentRL's); the session is named by the header
-        # (AgentRL's controller reads only that), or else by the body's `session_id`.
+        # (AgentRL's controller reads only that), or else by the body's `session_id`. It ends only
+        # if its own worker confirms it dropped it (service.cancel_notice): the secret is shared.
         if session_id is None:
             with contextlib.suppress(orjson.JSONDecodeError):
                 body = orjson.loads(await request.body() or b"null")
                 if isinstance(body, dict) and isinstance(body.get("session_id"), (int, str)):
                     session_id = str(body["session_id"])
         sid = _session_id(session_id)
-        return json_response({"session_id": sid, "ended": service.cancel_notice(sid)})
+        ended, why = await service.cancel_notice(sid)
+        return json_response({"session_id": sid, "ended": True} if ended else {"session_id": sid, "ended": False, "detail": why})
 
     @app.post("/api/clean_worker")
     async def clean_worker() -> Response:

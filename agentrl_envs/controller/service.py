@@ -25,8 +25,13 @@ Contract (AgentRL's controller, docs/protocol.md "Worker → controller: the hea
 * a *renewal* (agentrl-eval's ``--controller-renew``, :func:`~agentrl_envs.schema.is_renewal`)
   is not a step: it restarts the session's idle clock here and on its worker, and is answered
   ``running`` with the renewal message itself as ``messages``;
+* a worker that restarted (a heartbeat from its address with another run ``id`` than the one
+  registered there) is declared dead as above, its sessions with it, and registers as new: a
+  restart at the same address (a container's restart policy, a supervisor) is not mistaken for
+  the worker that held those sessions;
 * AgentRL's admin and worker endpoints: ``cancel_notice`` (a worker finished a cancel with
-  notice: the session ends), ``clean_worker`` / ``clean_session`` (the sweep's two halves, now),
+  notice: the session ends, once the worker that owns it confirms it no longer holds it,
+  :mod:`.notices`), ``clean_worker`` / ``clean_session`` (the sweep's two halves, now),
   ``sync_all`` (reconcile every worker now), ``cancel_all`` refusing to cancel several tasks'
   sessions without ``force``.
 """
@@ -65,6 +70,7 @@ from ..errors import (
 )
 from ..schema import HeartbeatRequest, SampleIndex, SampleStatus, client_view, is_renewal
 from .metrics import ControllerMetrics
+from .notices import NoticeChecker
 from .upstream import UpstreamError, UpstreamPool
 
 log = logging.getLogger(__name__)
@@ -92,6 +98,7 @@ class Worker:
     last_answer: float = 0.0  # time.monotonic() of its last answer to a routed request
     last_probe: float = 0.0  # ... of its last answer to a /health probe
     probing: bool = False
+    run_id: str | None = None  # the heartbeats' ``id``: one per run of the worker process (None: not sent)
 
     def last_sign(self) -> float:
         """When it last showed it serves: a heartbeat or an answer to a routed request."""
@@ -168,6 +175,7 @@ class ControllerService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._probes: set[asyncio.Task[None]] = set()  # probes and reconciliations in flight
+        self._notices = NoticeChecker(self._held_sessions)
         self.probe_timeout = min(5.0, max(0.5, heartbeat_timeout / 2))
         self.metrics.bind(self)  # gauges of sessions, workers and connections, read at scrape time
 
@@ -185,6 +193,7 @@ class ControllerService:
                 await self._sweeper
         for task in list(self._probes):
             task.cancel()
+        self._notices.close()
         if self._http:
             await self._http.close()
 
@@ -198,11 +207,15 @@ class ControllerService:
 
     def heartbeat(self, req: HeartbeatRequest) -> Worker:
         now = time.monotonic()
-        for w in self.workers.values():
-            if w.name == req.name and w.address == req.address and not w.dead:
+        address = req.address.rstrip("/")
+        for w in list(self.workers.values()):
+            if w.name == req.name and w.address == address and not w.dead:
+                if req.id != w.run_id:  # another process at its address: the one we knew is gone
+                    self._worker_died(w, f"it restarted (a new run of it registered at {address})")
+                    break
                 w.last_heartbeat, w.concurrency, w.indices = now, req.concurrency, list(req.indices)
                 return w
-        w = Worker(uuid.uuid4().hex, req.name, req.address.rstrip("/"), req.concurrency, list(req.indices), now)
+        w = Worker(uuid.uuid4().hex, req.name, address, req.concurrency, list(req.indices), now, run_id=req.id)
         self.workers[w.id] = w
         self.dead_workers.pop((w.name, w.address), None)
         log.info("worker %s registered: task %r at %s (concurrency %d)", w.id, w.name, w.address, w.concurrency)
@@ -219,6 +232,16 @@ class ControllerService:
         self._probes.add(task)
         task.add_done_callback(self._probes.discard)
 
+    async def _held_sessions(self, w: Worker, client: httpx.AsyncClient | None = None) -> set[int]:
+        """The session ids worker ``w`` holds, by its ``GET get_sessions`` (on ``client``, else a
+        probe client of its own). Raises httpx.HTTPError, ValueError or TypeError on a bad answer."""
+        if client is None:
+            async with self._probe_client() as own:
+                return await self._held_sessions(w, own)
+        r = await client.get(f"{w.address}/get_sessions")
+        r.raise_for_status()
+        return {int(sid) for sid in r.json()}
+
     async def _reconcile(self, w: Worker) -> dict[str, Any]:
         """Bring a worker and this controller to agree on its sessions (on registration, and on
         ``sync_all``): cancel the sessions it holds that this controller does not know, and end
@@ -230,9 +253,7 @@ class ControllerService:
         ended: list[int] = []
         try:
             async with self._probe_client() as client:
-                r = await client.get(f"{w.address}/get_sessions")
-                r.raise_for_status()
-                held = {int(sid) for sid in r.json()}
+                held = await self._held_sessions(w, client)
                 orphans = [sid for sid in held if sid not in self.sessions and sid not in w.sessions]
                 for sid in list(w.sessions):
                     s = self.sessions.get(sid)
@@ -379,7 +400,7 @@ class ControllerService:
         while True:
             candidates = [w for w in self._workers_of(name) if w.id not in tried]
             if not candidates:
-                if not tried and not self._workers_of(name):
+                if not self._workers_of(name):  # none left live (those tried may have died on the try)
                     raise NoWorkerError(self._no_worker_message(name))
                 raise CapacityError(
                     f"every worker of task {name!r} is full",
@@ -588,16 +609,41 @@ class ControllerService:
         await asyncio.gather(*(self.cancel(sid) for sid in ids), return_exceptions=True)
         return len(ids)
 
-    def cancel_notice(self, sid: int) -> bool:
+    async def cancel_notice(self, sid: int) -> tuple[bool, str]:
         """A worker finished cancelling session ``sid`` (AgentRL's cancel with notice): end it here
-        and free its slot. An unknown or already ended session is only logged. True if it ended."""
+        (``cancelled``) and free its slot, once the worker that owns it confirms it no longer holds
+        it (:mod:`.notices`: the worker secret is shared, so the notice itself proves nothing).
+        Not ended (logged): an unknown or already ended session; one its worker still holds (a
+        notice from another worker, or a forged one); one whose worker could not be asked.
+        Returns (whether it ended, why not)."""
         s = self.sessions.get(sid)
         if s is None:
             log.info("cancel notice for session %d, which is not open here: ignored", sid)
-            return False
-        log.info("session %d: worker %s reports it cancelled", sid, s.worker.address)
-        self._end(sid, SampleStatus.CANCELLED, f"worker {s.worker.address} reported it cancelled (cancel notice)")
-        return True
+            return False, f"session {sid} is not open here"
+        w = s.worker
+        try:
+            held = await self._notices.held(w, sid)
+        except (httpx.HTTPError, ValueError, TypeError) as e:
+            log.warning(
+                "cancel notice for session %d refused: its worker %s could not be asked whether it still holds it: %r",
+                sid,
+                w.address,
+                e,
+            )
+            return False, f"refused: the worker that owns session {sid} could not confirm it dropped it"
+        if self.sessions.get(sid) is not s:
+            return False, f"session {sid} ended meanwhile"
+        if held:
+            log.warning(
+                "cancel notice for session %d refused: its worker %s still holds it (a notice from another "
+                "holder of the worker secret, or one sent before the worker dropped the session)",
+                sid,
+                w.address,
+            )
+            return False, f"refused: the worker that owns session {sid} still holds it"
+        log.info("session %d: worker %s reports it cancelled, and no longer holds it", sid, w.address)
+        self._end(sid, SampleStatus.CANCELLED, f"worker {w.address} reported it cancelled (cancel notice)")
+        return True, ""
 
     async def sync_all(self) -> dict[str, Any]:
         """Reconcile every registered worker now (as on registration): cancel the sessions each

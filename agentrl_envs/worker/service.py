@@ -21,6 +21,7 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,8 @@ class WorkerService:
         self._heartbeat_thread: threading.Thread | None = None
         self._noticing: set[asyncio.Task[None]] = set()  # cancels with notice in progress
         self._notice_http: httpx.AsyncClient | None = None
+        # Sent with every heartbeat: the controller tells this run from an earlier one at the same address.
+        self.run_id = uuid.uuid4().hex
 
     @property
     def name(self) -> str:
@@ -254,7 +257,13 @@ class WorkerService:
     def _heartbeat_loop(self) -> None:
         """Beats on a thread and a connection of its own, so that session traffic saturating the
         event loop cannot delay the heartbeats into the controller's dead-worker timeout."""
-        body = {"name": self.name, "address": self.self_address, "concurrency": self.concurrency, "indices": self.runtime.indices}
+        body = {
+            "name": self.name,
+            "address": self.self_address,
+            "concurrency": self.concurrency,
+            "indices": self.runtime.indices,
+            "id": self.run_id,
+        }
         url = f"{self.controller_url}/receive_heartbeat"
         with httpx.Client(timeout=5.0, headers=self._controller_headers, verify=self._verify) as http:
             registered = False

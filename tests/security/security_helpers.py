@@ -9,6 +9,10 @@ HTTP limits are small (64 KiB bodies, 1 s to read a request) so the abuse cases 
 from __future__ import annotations
 
 import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,3 +89,29 @@ def start_secure_stack(tmp: Path, *, limits: HttpLimits = LIMITS, concurrency: i
         )
     )
     return stack
+
+
+COUNTER = Path(__file__).parents[1] / "compat" / "agentrl_counter_task.py"
+
+
+@contextmanager
+def agentrl_counter_worker(url: str, log: Path) -> Iterator[int]:
+    """AgentRL's own TaskWorker (agentrl-worker) serving ``agentrl-counter``, registered with the
+    controller at ``url`` with the worker secret in its URL's userinfo (what it can send: HTTP
+    Basic); its port, once the controller lists it. Stopped afterwards."""
+    port = free_port()
+    controller = f"{url.replace('http://', f'http://agentrl:{WORKER}@')}/api"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, str(COUNTER), controller, str(port)], stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for(
+                lambda: (
+                    proc.poll() is None
+                    and bool(httpx.get(f"{url}/api/list_workers", headers=auth(ADMIN)).json().get("agentrl-counter"))
+                ),
+                timeout=60,
+            )
+            yield port
+        finally:
+            proc.terminate()
+            proc.wait(10)

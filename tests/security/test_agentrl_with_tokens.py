@@ -5,21 +5,14 @@ clients (httpx in agentrl-eval, aiohttp in agentrl-worker) send as HTTP Basic.""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-import httpx
 import pytest
-from security_helpers import ADMIN, BOB, WORKER, auth
-from stack_helpers import wait_for
+from security_helpers import BOB, agentrl_counter_worker
 
 from agentrl_envs.client import AsyncControllerClient
-from agentrl_envs.stack import free_port
 
 pytestmark = pytest.mark.compat
 pytest.importorskip("agentrl.worker.task_worker", reason="agentrl-worker is not installed (make test installs it)")
-COUNTER = Path(__file__).parents[1] / "compat" / "agentrl_counter_task.py"
 
 
 def with_userinfo(url: str, token: str) -> str:
@@ -50,23 +43,9 @@ async def test_agentrl_eval_client_with_a_token_in_its_url(secure_stack):
 
 
 async def test_agentrl_worker_registers_with_the_secret_in_its_controller_url(secure_stack, tmp_path):
-    port = free_port()
-    controller = f"{with_userinfo(secure_stack.url, WORKER)}/api"
-    with open(tmp_path / "agentrl-worker.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, str(COUNTER), controller, str(port)], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_for(
-                lambda: (
-                    proc.poll() is None
-                    and bool(httpx.get(f"{secure_stack.url}/api/list_workers", headers=auth(ADMIN)).json().get("agentrl-counter"))
-                ),
-                timeout=60,
-            )
-            async with AsyncControllerClient(secure_stack.url, token=BOB) as client:
-                sid, first = await client.start_sample("agentrl-counter", 1)
-                for n in (1, 2, 3):
-                    out = await client.interact(sid, [tool_call("count", {"n": n}, f"c{n}")])
-                assert out.finish and out.reward == 1
-        finally:
-            proc.terminate()
-            proc.wait(10)
+    with agentrl_counter_worker(secure_stack.url, tmp_path / "agentrl-worker.log"):
+        async with AsyncControllerClient(secure_stack.url, token=BOB) as client:
+            sid, _ = await client.start_sample("agentrl-counter", 1)
+            for n in (1, 2, 3):
+                out = await client.interact(sid, [tool_call("count", {"n": n}, f"c{n}")])
+            assert out.finish and out.reward == 1
