@@ -23,6 +23,15 @@ _LIMIT = SampleStatus.TASK_LIMIT_REACHED.value
 _VERDICTS = (SampleStatus.AGENT_VALIDATION_FAILED.value, SampleStatus.AGENT_INVALID_ACTION.value)
 
 
+def _verdict(body: dict[str, Any]) -> bool:
+    """The task ended the episode as its verdict on the moves: a verdict status, or ``completed``
+    with reward 0 (BFCL judges an entry after its last user turn; a round limit reported as
+    ``completed`` with a reward is not a verdict on moves that do nothing)."""
+    if body["status"] in _VERDICTS:
+        return True
+    return body["status"] == SampleStatus.COMPLETED.value and not body.get("reward")
+
+
 def _metrics(body: dict[str, Any]) -> dict[str, Any]:
     return body["metrics"] if isinstance(body.get("metrics"), dict) else {}
 
@@ -111,7 +120,8 @@ def check_turn_limit(t: WireTarget, o: WireOptions) -> list[str]:
     episode ``task limit reached`` with reward 0 after the task's round limit (exactly
     ``turn_limit`` if given); each round before goes on (:func:`goes_on`); a step after the end
     is refused (4xx). No end within ``max_rounds``, or an end that is the task's verdict on the
-    move (``agent validation failed``, ``agent invalid action``): skipped, saying so."""
+    move (``agent validation failed``, ``agent invalid action``, ``completed`` with reward 0):
+    skipped, saying so."""
     found = keep_open(t)
     if found.move is None:
         raise ConformanceSkip(f"{t.who}: {found.why_none()}: there is no round limit to reach")
@@ -137,7 +147,7 @@ def check_turn_limit(t: WireTarget, o: WireOptions) -> list[str]:
                 f"{t.who}: no end within {cap} rounds {move.what} (a round limit above what the check plays:"
                 " pass --turn-limit N, or --max-rounds N to play more)"
             )
-        if body["status"] in _VERDICTS and (o.turn_limit is None or turn < o.turn_limit):
+        if _verdict(body) and (o.turn_limit is None or turn < o.turn_limit):
             raise ConformanceSkip(
                 f"{where}: the task ended the episode ({ended(body)}), its verdict on the move rather than a round limit:"
                 " the limit cannot be reached with the moves this check plays"

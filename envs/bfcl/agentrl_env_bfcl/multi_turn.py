@@ -66,6 +66,8 @@ class MultiTurnRun:
     functions: list[dict[str, Any]] = field(default_factory=list)
     allowed: set[str] = field(default_factory=set)
     verdict: Verdict | None = None
+    #: Calls answered with an error (undecodable, refused, or failed in BFCL's executor).
+    errors: int = 0
 
     def start(self) -> list[dict[str, Any]]:
         """Create the class instances (as BFCL does before the first turn); the first turn's messages."""
@@ -96,13 +98,16 @@ class MultiTurnRun:
             calls = upstream.decode_execute(recorded)
         except Exception as e:  # BFCL: "Failed to decode the model response. Proceed to next turn."
             why = f"Error: the function calls could not be decoded ({type(e).__name__}: {e}); none was run."
+            self.errors += len(call_ids)
             return [_tool(i, why) for i in call_ids] + self._next_turn()
         if upstream.is_empty_execute_response(calls):
+            self.errors += len(call_ids)
             return [_tool(i, "Error: no function call was decoded; none was run.") for i in call_ids] + self._next_turn()
         refused = [refusal(c, self.allowed) for c in calls]
         safe = [c if why is None else "agentrl_refused_call()" for c, why in zip(calls, refused, strict=True)]
         results, _ = upstream.execute(safe, self.entry, self.model_name)
         results = [r if why is None else why for r, why in zip(results, refused, strict=True)]
+        self.errors += sum(r.startswith("Error during execution") for r in results)
         self.steps += 1
         out = [_tool(i, r) for i, r in zip(call_ids, results, strict=False)]
         if self.steps > upstream.bfcl().max_steps:

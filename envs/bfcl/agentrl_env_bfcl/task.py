@@ -94,6 +94,7 @@ class BFCLTask(Task):
         run = self.run
         out = await asyncio.to_thread(run.step, message)
         self._tools = run.tools
+        self.metrics["tool_errors"] = run.errors  # the SDK counts only the calls it dispatches
         if run.verdict is not None:
             self._end(run.verdict)
         return out
