@@ -100,7 +100,8 @@ class BFCLTask(Task):
         return out
 
     def _end(self, verdict: Verdict) -> None:
-        status = SampleStatus.TASK_LIMIT_REACHED if verdict.force_quit else SampleStatus.COMPLETED
+        # A force quit fails the entry unless it came in the last turn and BFCL still accepts it.
+        status = SampleStatus.TASK_LIMIT_REACHED if verdict.force_quit and not verdict.valid else SampleStatus.COMPLETED
         extra = {"bfcl_error_type": verdict.error_type, "bfcl_error": verdict.error} if not verdict.valid else {}
         self.finish(1.0 if verdict.valid else 0.0, status=status, bfcl_valid=verdict.valid, **extra)
 
