@@ -68,6 +68,7 @@ class MultiTurnRun:
     verdict: Verdict | None = None
     #: Calls answered with an error (undecodable, refused, or failed in BFCL's executor).
     errors: int = 0
+    _compiled: list[dict[str, Any]] | None = field(default=None, repr=False)
 
     def start(self) -> list[dict[str, Any]]:
         """Create the class instances (as BFCL does before the first turn); the first turn's messages."""
@@ -79,12 +80,16 @@ class MultiTurnRun:
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        return upstream.compile_tools(self.functions)
+        """The functions offered now, as BFCL's OpenAI handler compiles them (the same list until
+        held-back functions are added)."""
+        if self._compiled is None:
+            self._compiled = upstream.compile_tools(self.functions)
+        return self._compiled
 
     def _turn_messages(self) -> list[dict[str, Any]]:
         held_back = self.entry.get("missed_function", {}).get(str(self.turn))
         if held_back:
-            self.functions = [*self.functions, *held_back]
+            self.functions, self._compiled = [*self.functions, *held_back], None
             return [{"role": "user", "content": upstream.bfcl().added_functions_prompt}]
         return [dict(m) for m in self.entry["question"][self.turn]]
 

@@ -22,7 +22,7 @@ from agentrl_envs.task import Task
 from . import upstream
 from .categories import COLLECTIONS, SUPPORTED, is_multi_turn, metrics
 from .multi_turn import MultiTurnRun, Verdict
-from .reference import reference_messages
+from .reference import MessagesPolicy, reference_messages
 from .samples import load_file, load_split, make_sample
 
 
@@ -51,8 +51,6 @@ class BFCLTask(Task):
     @classmethod
     def reference_policy(cls, sample: dict[str, Any]) -> Any:
         """The ground truth as tool calls: per turn one message with its calls, then text to end it."""
-        from .reference import MessagesPolicy
-
         return MessagesPolicy(reference_messages(sample))
 
     # ------------------------------------------------------------------ session
