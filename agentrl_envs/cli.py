@@ -2,7 +2,7 @@
 
     agentrl-envs controller [--host H] [--port P]
     agentrl-envs worker TASK [--controller URL] [--split S | --data PATH] [--option K=V ...]
-    agentrl-envs up [--tasks db,os] [--split S]          controller + one worker per task; Ctrl-C stops all
+    agentrl-envs up [--tasks db,os] [--split S]          controller + one worker per task (restarted if they exit); Ctrl-C stops all
     agentrl-envs up --backend docker [--tasks db,os]      the same as containers (images from `build`)
     agentrl-envs build [TASK ...]                         base, controller and worker images, built locally
     agentrl-envs list                                     tasks, splits, sizes
@@ -233,18 +233,21 @@ def cmd_up(a: argparse.Namespace) -> int:
         client_token=client_token,
         worker_secret=worker_secret,
         insecure=_insecure(a),
+        report=lambda line: print(f"supervisor: {line}", file=sys.stderr, flush=True),
     ) as stack:
         # From here Ctrl-C only sets the flag: a KeyboardInterrupt raised inside a subprocess or
         # docker-client call could leave a lock held that the teardown then waits on forever.
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         print(f"controller: {stack.url}/api   tasks: {', '.join(tasks)}   logs: {stack.log_dir}", flush=True)
         announce(stack.port)
-        print("press Ctrl-C to stop", flush=True)
+        print("press Ctrl-C to stop (a worker that exits is restarted)", flush=True)
         try:
             while not stop.wait(1.0):
-                dead = [p.name for p in stack.processes if not p.alive()]
-                if dead:
-                    print(f"stopping: {', '.join(dead)} exited (see {stack.log_dir})", file=sys.stderr)
+                # A worker that exits is restarted by the stack's supervisor; `up` stops only when
+                # the controller exits or a worker is given up after repeated exits.
+                failure = stack.failure()
+                if failure:
+                    print(f"stopping: {failure}", file=sys.stderr, flush=True)
                     return 1
         except KeyboardInterrupt:
             pass

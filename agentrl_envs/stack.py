@@ -6,10 +6,20 @@ started (SIGTERM, then SIGKILL after a grace period); if this process dies witho
 (SIGKILL, the OOM killer), they stop themselves (:func:`exit_with_parent`). Each process logs to a file in
 ``stack.log_dir``: a temporary dir, removed on a clean exit and kept after an error, unless the
 caller names one (kept). A start-up failure raises with the tail of the failing log.
+
+Once up, a worker that exits is started again on its port by a :class:`~.supervisor.Supervisor`
+(``restart``: its :class:`~.supervisor.RestartPolicy`; None: not restarted), after a backoff, and
+given up after repeated exits in a short time; :meth:`LocalStack.failure` then says why the stack
+no longer serves (so does an exited controller, which is not restarted: its sessions are lost).
+
+Each process gets only the tokens it needs: the controller the client token and the worker
+secret, the workers the worker secret alone (never the client token, even when this process has
+it in its environment).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -19,12 +29,16 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from .errors import InfrastructureError
+from .supervisor import RestartPolicy, Supervisor, describe_exit
+
+log = logging.getLogger(__name__)
 
 #: set in the environment of the processes LocalStack starts: the PID whose death ends them
 PARENT_ENV = "AGENTRL_ENVS_EXIT_WITH"
@@ -62,11 +76,22 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ManagedProcess:
     """A child process we started, with its log file; stopped by PID only."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None, *, append: bool = False
+    ) -> None:
         self.name = name
+        self.argv = argv
+        self.env = env
         self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self._log = open(log_path, "ab" if append else "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def restarted(self, note: str) -> ManagedProcess:
+        """The same command again (this one has exited), its log appended to this one's after ``note``."""
+        self.stop()
+        with open(self.log_path, "ab") as f:
+            f.write(f"\n----- {note}\n".encode())
+        return ManagedProcess(self.name, self.argv, self.log_path, self.env, append=True)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -173,7 +198,11 @@ class LocalStack:
         client_token: str | None = None,
         worker_secret: str | None = None,
         insecure: bool = False,
+        restart: RestartPolicy | None = RestartPolicy(),  # noqa: B008 - frozen, shared safely
+        report: Callable[[str], None] | None = None,
     ) -> None:
+        """``restart``: how a worker that exits is restarted (None: it is not); ``report``: where the
+        supervisor's lines go (default: this module's logger, at WARNING)."""
         if not tasks:
             raise ValueError("LocalStack needs at least one task")
         self.tasks = list(dict.fromkeys(tasks))
@@ -195,7 +224,10 @@ class LocalStack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.startup_timeout = startup_timeout
         self.quiet = quiet
-        self.processes: list[ManagedProcess] = []
+        self.processes: list[ManagedProcess] = []  # the controller first, then one worker per task
+        self.restart = restart
+        self.report = report or log.warning
+        self.supervisor: Supervisor | None = None
 
     def __enter__(self) -> LocalStack:
         try:
@@ -211,11 +243,17 @@ class LocalStack:
     def start(self) -> None:
         from .auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV
 
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
+        # Workers never see the client token (a task's code, or a sandbox escaping it, could
+        # read it from their environment); they get the worker secret, the controller both.
+        worker_env = {k: v for k, v in os.environ.items() if k != CLIENT_TOKEN_ENV}
+        worker_env.update({"PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())})
+        if self.worker_secret:
+            worker_env[WORKER_SECRET_ENV] = self.worker_secret
+        env = dict(worker_env)
         if self.client_token:
             env[CLIENT_TOKEN_ENV] = self.client_token
-        if self.worker_secret:
-            env[WORKER_SECRET_ENV] = self.worker_secret
+        elif CLIENT_TOKEN_ENV in os.environ:
+            env[CLIENT_TOKEN_ENV] = os.environ[CLIENT_TOKEN_ENV]
         level = ["--log-level", "warning"] if self.quiet else []
         level += ["--insecure"] if self.insecure else []
         self.processes.append(
@@ -230,8 +268,31 @@ class LocalStack:
             port = str(free_port(self.worker_host))
             args = ["worker", task, "--controller", self.url, "--host", self.worker_host, "--port", port, *level]
             args += worker_args(split=self.split, data=self.data.get(task), options=self.task_options.get(task))
-            self.processes.append(ManagedProcess(f"worker-{task}", _cli(*args), self.log_dir / f"worker-{task}.log", env))
+            self.processes.append(ManagedProcess(f"worker-{task}", _cli(*args), self.log_dir / f"worker-{task}.log", worker_env))
         self._wait_ready()
+        if self.restart is not None:
+            self.supervisor = Supervisor(self.restart, self.report)
+            for i, p in enumerate(self.processes[1:], start=1):
+                self.supervisor.watch(p.name, p, lambda i=i: self._restart_worker(i))
+            self.supervisor.start()
+
+    def _restart_worker(self, i: int) -> ManagedProcess:
+        """Worker ``i`` of :attr:`processes` again, on the same port (its log goes on in the same file)."""
+        old = self.processes[i]
+        self.processes[i] = new = old.restarted(f"restarted by the stack's supervisor at {time.strftime('%H:%M:%S')}")
+        return new
+
+    def failure(self) -> str | None:
+        """Why this stack no longer serves: its controller exited, or a worker was given up after
+        repeated exits (None while it serves; a worker waiting to be restarted is not a failure).
+        Without a restart policy, any exited process."""
+        controller = self.processes[0] if self.processes else None
+        if controller is not None and not controller.alive():
+            return f"the controller exited ({describe_exit(controller.proc.returncode)}); see {controller.log_path}"
+        if self.supervisor is not None:
+            return self.supervisor.failure
+        dead = [p.name for p in self.processes if not p.alive()]
+        return f"{', '.join(dead)} exited (see {self.log_dir})" if dead else None
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -253,6 +314,9 @@ class LocalStack:
                     time.sleep(0.2)
 
     def stop(self, keep_logs: bool = False) -> None:
+        if self.supervisor is not None:  # first: nothing is restarted while the stack stops
+            self.supervisor.stop()
+            self.supervisor = None
         # Workers first, so they do not beat against a dead controller while stopping.
         for p in reversed(self.processes):
             p.stop()

@@ -289,3 +289,20 @@ def test_swarm_services_require_their_tokens():
         env = svc["environment"]
         assert required.fullmatch(env["AGENTRL_WORKER_SECRET"]).group(1) == "AGENTRL_WORKER_SECRET", name
         assert ("AGENTRL_CLIENT_TOKEN" in env) == (name == "controller"), name
+
+
+# ---------------------------------------------------------------------------- restart policies
+
+
+def test_dead_workers_are_restarted_and_a_crash_loop_is_bounded():
+    """Issue 38: a worker that dies is restarted by its supervisor. Swarm: on any exit, given up
+    after 5 restarts within 60 s (swarmkit counts the restarts in the window). Kubernetes: the
+    kubelet restarts the container in place (CrashLoopBackOff bounds a crash loop by its backoff)."""
+    services = yaml.safe_load(STACK.read_text())["services"]
+    for task in TASKS:
+        policy = services[f"worker-{task}"]["deploy"]["restart_policy"]
+        assert policy == {"condition": "any", "delay": "2s", "max_attempts": 5, "window": "60s"}, task
+    assert services["controller"]["deploy"]["restart_policy"]["condition"] == "any"
+    for name, dep in DEPLOYMENTS.items():
+        if name != "agentrl-controller":
+            assert pod(dep)["restartPolicy"] == "Always", name

@@ -7,6 +7,14 @@ container reports healthy (its image's ``HEALTHCHECK`` on ``/health``) and every
 worker at the controller; on exit it removes exactly the containers it started, by id. Every
 container carries the label ``agentrl.stack=<stack id>``.
 
+Workers run under the engine's restart policy ``on-failure``: one that dies (a crash, SIGKILL, the
+OOM killer) is started again by the engine, on the same port, after the engine's backoff (100 ms,
+doubling, at most a minute; reset once it has run 10 s). :meth:`DockerStack.failure` (polled by
+``up``) counts those restarts and gives a worker up (stops it, and says why) once it restarted
+``restart.max_crashes`` times within ``restart.window_s``. The controller has no restart policy:
+it holds the sessions, and ``up`` stops when it exits. Stopping the stack (Ctrl-C) stops the
+containers first, which the engine never restarts.
+
 Workers on other hosts join the same controller with
 ``docker run --network host -e PORT=5021 agentrl/worker-db --controller http://THIS_HOST:PORT/api --self http://THAT_HOST:5021/api``
 (the controller must then listen on a reachable address: ``host="0.0.0.0"``).
@@ -35,6 +43,7 @@ import httpx
 from ..auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, bearer
 from ..errors import InfrastructureError
 from ..stack import free_port, tasks_without_live_worker, worker_args
+from ..supervisor import RestartPolicy, describe_exit
 from .engine import (
     CONTROLLER_REPO,
     DOCKER_SOCKET,
@@ -65,7 +74,12 @@ class DockerStack:
         client_token: str | None = None,
         worker_secret: str | None = None,
         insecure: bool = False,
+        restart: RestartPolicy | None = RestartPolicy(),  # noqa: B008 - frozen, shared safely
+        report: Any = None,
     ) -> None:
+        """``restart``: when a worker the engine keeps restarting is given up (its ``max_crashes``
+        and ``window_s``; the delays are the engine's); None: workers are not restarted.
+        ``report(line)``: told of each restart and give-up (default: nothing)."""
         if not tasks:
             raise ValueError("DockerStack needs at least one task")
         self.tasks = list(dict.fromkeys(tasks))
@@ -86,6 +100,11 @@ class DockerStack:
         self.id = secrets.token_hex(6)
         self.containers: dict[str, Any] = {}
         self._client: Any = None
+        self.restart = restart
+        self.report = report or (lambda line: None)
+        self.restarts: dict[str, list[float]] = {}  # role -> time.monotonic() of each restart seen
+        self._restart_counts: dict[str, int] = {}  # role -> the engine's RestartCount last seen
+        self.given_up: dict[str, str] = {}  # role -> why
 
     def __enter__(self) -> DockerStack:
         try:
@@ -115,6 +134,8 @@ class DockerStack:
         elif labels.get(SANDBOX_PROFILE_LABEL) == "userns":
             host_fields = userns_host_config(img.attrs.get("Config", {}).get("User") or "")
         api = self._client.api
+        if role != "controller" and self.restart is not None:
+            extra.setdefault("restart_policy", {"Name": "on-failure", "MaximumRetryCount": 0})
         host_config = api.create_host_config(network_mode="host", binds=binds or None, **extra)
         for k, v in host_fields.items():
             host_config[k] = v if k != "CapDrop" else sorted({*host_config.get("CapDrop", []), *v})
@@ -156,7 +177,7 @@ class DockerStack:
             return f"(no logs: {e})"
 
     def dead(self) -> list[str]:
-        """Roles whose container is no longer running."""
+        """Roles whose container is no longer running (a worker the engine is restarting included)."""
         out = []
         for role, c in self.containers.items():
             try:
@@ -166,6 +187,54 @@ class DockerStack:
             except Exception:
                 out.append(role)
         return out
+
+    def failure(self) -> str | None:
+        """Why this stack no longer serves (None while it serves): the controller's container is
+        not running, or a worker was given up: restarted by the engine ``restart.max_crashes``
+        times within ``restart.window_s`` (it is stopped then). A worker the engine is restarting
+        is not a failure. Without a restart policy, any container that is not running. Each call
+        reads the containers' state; ``up`` calls it every 2 s."""
+        now = time.monotonic()
+        for role, c in self.containers.items():
+            try:
+                c.reload()
+            except Exception as e:  # removed behind our back
+                return f"{role}: its container is gone ({e})"
+            if role == "controller" or self.restart is None:
+                if c.status != "running":
+                    how = describe_exit(c.attrs.get("State", {}).get("ExitCode"))
+                    return f"{role} exited ({how}):\n{self.logs_tail(role)}"
+                continue
+            if role not in self.given_up:
+                self._count_restarts(role, c, now)
+        return next(iter(self.given_up.values()), None)
+
+    def _count_restarts(self, role: str, c: Any, now: float) -> None:
+        assert self.restart is not None
+        count = int(c.attrs.get("RestartCount") or 0)
+        new = count - self._restart_counts.get(role, 0)
+        self._restart_counts[role] = count
+        if new <= 0:
+            return
+        seen = self.restarts.setdefault(role, [])
+        seen.extend([now] * new)
+        recent = [t for t in seen if now - t <= self.restart.window_s]
+        how = describe_exit(c.attrs.get("State", {}).get("ExitCode"))
+        if len(recent) < self.restart.max_crashes:
+            self.report(
+                f"{role} exited ({how}); restarted by the engine (restart {count}, {len(recent)} within {self.restart.window_s:.0f} s)"
+            )
+            return
+        try:  # no more restarts: the engine would go on for ever
+            c.update(restart_policy={"Name": "no"})
+            c.stop(timeout=5)
+        except Exception:
+            pass
+        self.given_up[role] = why = (
+            f"{role} was restarted {len(recent)} times within {self.restart.window_s:.0f} s (the last exit: {how}); "
+            f"given up and stopped. The end of its log:\n{self.logs_tail(role, 15)}"
+        )
+        self.report(why)
 
     def health(self) -> dict[str, str]:
         """Each container's health status (``starting``, ``healthy``, ``unhealthy``) or its state."""
@@ -218,7 +287,8 @@ def cmd_up_docker(
     insecure: bool = False,
     announce: Any = None,
 ) -> int:
-    """``up --backend docker``: run until Ctrl-C/SIGTERM or a container exits; always tear down.
+    """``up --backend docker``: run until Ctrl-C/SIGTERM, the controller exits or a worker is given
+    up (:meth:`DockerStack.failure`); always tear down.
     ``announce(port)``: prints the tokens once the stack is up (the CLI's)."""
     tasks = [t for t in a.tasks.split(",") if t]
     stop = threading.Event()
@@ -236,16 +306,17 @@ def cmd_up_docker(
         # From here Ctrl-C only sets the flag: a KeyboardInterrupt raised inside a subprocess or
         # docker-client call could leave a lock held that the teardown then waits on forever.
         signal.signal(signal.SIGINT, lambda *_: stop.set())
+        stack.report = lambda line: print(f"supervisor: {line}", file=sys.stderr, flush=True)
         ids = ", ".join(f"{r}={c.short_id}" for r, c in stack.containers.items())
         print(f"controller: {stack.url}/api   tasks: {', '.join(tasks)}   containers: {ids}", flush=True)
         if announce is not None:
             announce(stack.port)
-        print(f"label: {STACK_LABEL}={stack.id}   press Ctrl-C to stop", flush=True)
+        print(f"label: {STACK_LABEL}={stack.id}   press Ctrl-C to stop (a worker that exits is restarted)", flush=True)
         try:
             while not stop.wait(2.0):
-                dead = stack.dead()
-                if dead:
-                    print(f"stopping: {', '.join(dead)} exited:\n" + "\n".join(stack.logs_tail(r) for r in dead), file=sys.stderr)
+                failure = stack.failure()
+                if failure:
+                    print(f"stopping: {failure}", file=sys.stderr, flush=True)
                     return 1
         except KeyboardInterrupt:
             pass

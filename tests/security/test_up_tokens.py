@@ -52,6 +52,9 @@ def test_up_beyond_loopback_generates_and_prints_tokens(monkeypatch, capsys):
         def __exit__(self, *exc):
             return False
 
+        def failure(self):
+            return "the controller exited"  # as LocalStack.failure() says when processes[0] exited
+
     monkeypatch.delenv(CLIENT_TOKEN_ENV, raising=False)
     monkeypatch.delenv(WORKER_SECRET_ENV, raising=False)
     monkeypatch.setattr("agentrl_envs.stack.LocalStack", FakeStack)
