@@ -43,6 +43,11 @@ class DBConfig(BaseModel):
         statement_timeout_s: a statement running longer is stopped and reported as timed out.
         max_output_chars: tool output is cut here and ``[TRUNCATED]`` appended (AgentBench: 800).
         max_turns: round limit of every session (unset: the sample's ``max_turns``, else 15).
+        max_db_mb: ``sqlite``: MiB a session's database may hold (its temporary database as much
+            again); a statement that would grow it further fails with ``database or disk is full``.
+        heap_limit_mb: ``sqlite``: MiB of memory SQLite may use in the worker process, all
+            sessions together (SQLite's hard heap limit is process-wide); a statement that would
+            pass it fails with ``out of memory``. 0: no limit.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -56,6 +61,10 @@ class DBConfig(BaseModel):
     max_output_chars: int = Field(800, gt=0, description="Characters of tool output before truncation.")
     max_turns: int | None = Field(
         None, ge=1, description="Round limit of every session (unset: the sample's max_turns, else 15)."
+    )
+    max_db_mb: int = Field(64, ge=1, description="sqlite: MiB one session's database may hold (temporary tables as much again).")
+    heap_limit_mb: int = Field(
+        1024, ge=0, description="sqlite: MiB SQLite may use in the worker, all sessions together (0: no limit)."
     )
 
     @model_validator(mode="after")
@@ -115,7 +124,12 @@ class DBTask(Task):
             )
         from .backends.sqlite import SQLiteBackend
 
-        return SQLiteBackend(statement_timeout_s=config.statement_timeout_s, max_output_chars=config.max_output_chars)
+        return SQLiteBackend(
+            statement_timeout_s=config.statement_timeout_s,
+            max_output_chars=config.max_output_chars,
+            max_db_bytes=config.max_db_mb << 20,
+            heap_limit_bytes=config.heap_limit_mb << 20,
+        )
 
     # ------------------------------------------------------------------ session
 
