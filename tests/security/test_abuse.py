@@ -225,6 +225,21 @@ def test_pipelined_fast_requests_are_refused(secure_stack):
     assert_error(answer[answer.index(b"HTTP/1.1 400") :], 400, "request_rejected")
 
 
+@pytest.mark.parametrize("path", ["/api/start_sample", "/api/interact"])
+def test_deeply_nested_json_is_refused(secure_stack, path, legit):
+    """Issue 38's probe (held): JSON nested past any parser's recursion limit is a client error,
+    not a crash, on the fast routes as on the others; the worker behind them is not reached."""
+    body = b"[" * 20_000 + b"]" * 20_000  # 40 KB, under the stack's 64 KiB body limit
+    headers = {**auth(BOB), "content-type": "application/json"}
+    if path == "/api/interact":
+        headers["session_id"] = legit
+    r = httpx.post(f"{secure_stack.url}{path}", headers=headers, content=body)
+    assert r.status_code in (400, 422) and r.json()["error"], r.text
+    nested = {"name": "calc", "index": 0, "custom_task": json.loads("[" * 500 + "]" * 500)}
+    r = httpx.post(f"{secure_stack.url}/api/start_sample", headers=auth(BOB), json=nested)
+    assert r.status_code in (400, 422) and r.json()["error"], r.text
+
+
 # ---------------------------------------------------------------------------- nothing else disturbed
 
 
