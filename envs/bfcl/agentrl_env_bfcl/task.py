@@ -13,7 +13,6 @@ sends them. Every sample's metrics carry its category, group and the group's lea
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 from agentrl_envs.schema import Message, SampleStatus
@@ -36,12 +35,8 @@ class BFCLTask(Task):
 
     # ------------------------------------------------------------------ data
 
-    @classmethod
-    def load_samples(cls, split: str | None = None, data: str | Path | None = None) -> list[dict[str, Any]]:
-        """The category or collection ``split`` (default: ``multi_turn_base``), or the samples of the file ``data``."""
-        if data is not None:
-            return load_file(data)
-        return load_split(split or SUPPORTED[0])
+    load_split = staticmethod(load_split)  # a category or a collection (default: multi_turn_base)
+    load_data = staticmethod(load_file)  # a JSON-lines file of samples
 
     @classmethod
     def sample_from_custom(cls, custom_task: dict[str, Any]) -> dict[str, Any]:

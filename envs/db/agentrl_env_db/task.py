@@ -16,12 +16,11 @@ Each session has its own database (see :mod:`.backends`), created in ``setup`` a
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from agentrl_envs.task import Task, tool
+from agentrl_envs.task import Task, TaskConfig, tool
 
 from .backends import Backend, Database, TableSpec
 from .backends.base import count_statements
@@ -30,7 +29,7 @@ from .samples import gold_sql, load_file, load_split, query_type, tables_of, val
 from .scoring import combine_table_hashes, compare_results, hash_from_result, is_mutation
 
 
-class DBConfig(BaseModel):
+class DBConfig(TaskConfig):
     """Options of the DB task.
 
     Backend:
@@ -50,8 +49,6 @@ class DBConfig(BaseModel):
             pass it fails with ``out of memory``. 0: no limit.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     backend: Literal["sqlite", "mysql"] = Field("sqlite", description="Database engine: 'sqlite' or 'mysql'.")
     mysql_url: str | None = Field(None, description="mysql://USER:PASSWORD@HOST:PORT (backend 'mysql' only).")
     reap_interval_s: float = Field(
@@ -59,9 +56,6 @@ class DBConfig(BaseModel):
     )
     statement_timeout_s: float = Field(10.0, gt=0, description="Seconds one SQL statement may run.")
     max_output_chars: int = Field(800, gt=0, description="Characters of tool output before truncation.")
-    max_turns: int | None = Field(
-        None, ge=1, description="Round limit of every session (unset: the sample's max_turns, else 15)."
-    )
     max_db_mb: int = Field(64, ge=1, description="sqlite: MiB one session's database may hold (temporary tables as much again).")
     heap_limit_mb: int = Field(
         1024, ge=0, description="sqlite: MiB SQLite may use in the worker, all sessions together (0: no limit)."
@@ -85,12 +79,8 @@ class DBTask(Task):
 
     # ------------------------------------------------------------------ data
 
-    @classmethod
-    def load_samples(cls, split: str | None = None, data: str | Path | None = None) -> list[dict[str, Any]]:
-        """The shipped split ``split`` or the samples of the .jsonl/.json file ``data``."""
-        if data is not None:
-            return load_file(data)
-        return load_split(split or "dev")
+    load_split = staticmethod(load_split)
+    load_data = staticmethod(load_file)  # a .jsonl or .json file
 
     @classmethod
     def sample_from_custom(cls, custom_task: dict[str, Any]) -> dict[str, Any]:

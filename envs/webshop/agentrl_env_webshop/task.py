@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from agentrl_envs.task import Task, tool
+from agentrl_envs.task import Task, TaskConfig, tool
 
 from .catalog import Catalog, GeneratedCatalog, cached_file_catalog
 from .generator import MIN_PRODUCTS
@@ -35,7 +34,7 @@ from .search import SearchIndex
 from .shop import PRODUCT_WINDOW, InvalidAction, Page, ShopSession
 
 
-class WebShopConfig(BaseModel):
+class WebShopConfig(TaskConfig):
     """Options of the WebShop task.
 
     Catalog:
@@ -46,13 +45,10 @@ class WebShopConfig(BaseModel):
         max_turns: round limit of every session (unset: the sample's ``max_turns``, else 20).
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     products: int = Field(10_000, ge=MIN_PRODUCTS, description="Products in the generated catalog (>= 1000).")
     index_dir: str | None = Field(
         None, description="Directory of the search index cache (default ~/.cache/agentrl-envs/webshop)."
     )
-    max_turns: int | None = Field(None, ge=1, description="Round limit of every session (unset: the sample's, else 20).")
 
 
 class Shops:
@@ -90,12 +86,8 @@ class WebShopTask(Task):
 
     # ------------------------------------------------------------------ data
 
-    @classmethod
-    def load_samples(cls, split: str | None = None, data: str | Path | None = None) -> list[dict[str, Any]]:
-        """A generated split, or WebShop's files in the directory ``data`` (or a .json/.jsonl of goals)."""
-        if data is not None:
-            return load_data(data)
-        return load_split(split or "dev")
+    load_split = staticmethod(load_split)  # generated
+    load_data = staticmethod(load_data)  # WebShop's files in a directory, or a .json/.jsonl of goals
 
     @classmethod
     def sample_from_custom(cls, custom_task: dict[str, Any]) -> dict[str, Any]:
@@ -121,9 +113,8 @@ class WebShopTask(Task):
 
     # ------------------------------------------------------------------ session
 
-    def __init__(self, sample: dict[str, Any], *, config: BaseModel | None = None, resources: Any = None) -> None:
-        super().__init__(sample, config=config, resources=resources)
-        self.shop: ShopSession | None = None
+    #: the session's shop (pages, cart), made in ``setup``
+    shop: ShopSession | None = None
 
     async def setup(self) -> list[dict[str, Any]]:
         if self.resources is None:
