@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from .episode import Episode, TaskRuntime
+from .protocol.agentrl import SampleStatus
 from .registry import get_task, register_all, task_names
-from .schema import SampleStatus
 from .task import Task, tool
 
 __version__ = "0.1.0"

@@ -37,7 +37,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from .errors import AgentRLEnvsError, ContextLimitError, ModelError, UnknownSessionError
-from .schema import InteractResponse, Message, SampleIndex, SampleStatus, StartSampleResponse, interact_response, start_response
+from .protocol.agentrl import (
+    InteractResponse,
+    SampleIndex,
+    SampleStatus,
+    StartSampleResponse,
+    interact_response,
+    start_response,
+)
+from .protocol.openai import Message
 
 if TYPE_CHECKING:
     from .episode import Episode, TaskRuntime

@@ -48,7 +48,7 @@ def _uvicorn_run(app: Any, host: str, port: int, log_level: str, *, reserve_fds:
 
 
 def _secret(value: str | None, env: str) -> str | None:
-    from .auth import env_token
+    from .transport.auth import env_token
 
     return value or env_token(env)
 
@@ -102,8 +102,8 @@ def task_options(task: str, pairs: list[str] | None) -> dict[str, Any]:
 
 
 def cmd_controller(a: argparse.Namespace) -> int:
-    from .auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, controller_authenticator, require_auth_off_loopback
     from .controller import ControllerService, create_controller_app
+    from .transport.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, controller_authenticator, require_auth_off_loopback
 
     shared = [t for t in [_secret(None, CLIENT_TOKEN_ENV), *(a.client_token or [])] if t]
     worker_secret = _secret(a.worker_secret, WORKER_SECRET_ENV)
@@ -167,7 +167,7 @@ def cmd_worker(a: argparse.Namespace) -> int:
     cls = task_class(a.task)
     split = a.split if a.split or a.data else (cls.splits[0] if cls.splits else None)
     runtime = TaskRuntime(cls, split=split, data=a.data, config=task_options(a.task, a.option))
-    from .auth import WORKER_SECRET_ENV, require_auth_off_loopback, split_userinfo, worker_authenticator
+    from .transport.auth import WORKER_SECRET_ENV, require_auth_off_loopback, split_userinfo, worker_authenticator
 
     worker_secret = _secret(a.worker_secret, WORKER_SECRET_ENV)
     if not worker_secret and a.controller:
@@ -196,7 +196,7 @@ def cmd_up(a: argparse.Namespace) -> int:
 
     tasks = [t for t in a.tasks.split(",") if t]
     options = {t: task_options(t, a.option if len(tasks) == 1 else None) for t in tasks}
-    from .auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, env_token, is_loopback, new_token
+    from .transport.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, env_token, is_loopback, new_token
 
     # Beyond loopback: tokens, generated unless given in the environment, printed once.
     client_token = env_token(CLIENT_TOKEN_ENV)

@@ -24,7 +24,6 @@ from typing import Any
 
 import httpx
 
-from .auth import CLIENT_TOKEN_ENV, bearer, env_token, split_userinfo
 from .errors import (
     AgentRLEnvsError,
     AuthenticationError,
@@ -42,7 +41,9 @@ from .errors import (
     UnknownSessionError,
     WorkerUnreachableError,
 )
-from .schema import InteractResponse, Message, SampleIndex, StartSampleResponse
+from .protocol.agentrl import InteractResponse, SampleIndex, StartSampleResponse
+from .protocol.openai import Message
+from .transport.auth import CLIENT_TOKEN_ENV, bearer, env_token, split_userinfo
 
 log = logging.getLogger(__name__)
 

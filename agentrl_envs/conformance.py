@@ -74,7 +74,7 @@ from .agent import AgentSession, MaxTurns, run_episode
 from .episode import Episode, TaskRuntime
 from .errors import InfrastructureError, SessionFinishedError, UnknownSessionError
 from .policy import as_policy
-from .schema import InteractResponse, SampleStatus, interact_response, start_response
+from .protocol.agentrl import InteractResponse, SampleStatus, interact_response, start_response
 from .task import Task
 
 __all__ = [

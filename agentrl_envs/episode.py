@@ -32,7 +32,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .errors import DataError, InvalidRequestError, SessionFinishedError, ToolCallError, UnknownSampleError
-from .schema import EnvOutput, Message, SampleIndex, SampleStatus, ToolCall, tool_message
+from .protocol.agentrl import EnvOutput, SampleIndex, SampleStatus
+from .protocol.openai import Message, ToolCall, tool_message
 from .task import Task
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ AgentRLEnvsError
 │   ├── NoWorkerError          no live worker serves the task (HTTP 503)
 │   ├── OverloadedError        the server is at its connection limit (HTTP 503, sent by the HTTP layer)
 │   ├── WorkerUnreachableError the worker died or cannot be reached
-│   │   └── UpstreamError      the controller's request to a worker failed (controller.upstream)
+│   │   └── UpstreamError      the controller's request to a worker failed (transport.upstream)
 │   ├── SessionLostError       the session was opened on an earlier run of a restarted controller (HTTP 410)
 │   ├── ControllerError        a controller request failed (carries status code and body)
 │   ├── ModelServerError       the model (policy) server failed or answered nothing usable
@@ -27,10 +27,10 @@ AgentRLEnvsError
     ├── SessionBusyError       an interact is already in flight for the session
     ├── SessionFinishedError   the episode has already ended
     ├── ConfirmationRequiredError  cancel_all of every task without force=true (HTTP 403)
-    ├── AuthenticationError    no token, or a wrong one (HTTP 401; agentrl_envs.auth)
+    ├── AuthenticationError    no token, or a wrong one (HTTP 401; transport.auth)
     ├── ForbiddenError         a token without the role the route needs (HTTP 403)
     ├── QuotaExceededError     the client's token is over its session or start-rate quota (HTTP 429)
-    ├── RequestRejectedError   the HTTP layer refused the request itself (httpapi)
+    ├── RequestRejectedError   the HTTP layer refused the request itself (transport)
     │   ├── RequestTooLargeError   a body over the size limit (HTTP 413)
     │   ├── HeadersTooLargeError   too many or too large headers (HTTP 431)
     │   └── RequestTimeoutError    the request was not read in time: slow-loris (HTTP 408)

@@ -27,8 +27,9 @@ from pydantic import ValidationError
 from .agent import AgentSession, InProcessSessions, Sessions
 from .client import AsyncControllerClient
 from .episode import TaskRuntime
+from .protocol.agentrl import SampleStatus
+from .protocol.openai import Message, function_call
 from .registry import get_task, register_all
-from .schema import Message, SampleStatus, function_call
 
 _WORDS = ("select", "table", "name", "count", "value", "id", "list", "42", "true", "x")
 

@@ -25,7 +25,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from .auth import ADMIN, OPEN_PATHS, Authenticator
 from .errors import (
     AgentRLEnvsError,
     HeadersTooLargeError,
@@ -36,6 +35,7 @@ from .errors import (
     RequestTimeoutError,
     RequestTooLargeError,
 )
+from .transport.auth import ADMIN, OPEN_PATHS, Authenticator
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,7 @@ def http_protocol(
     import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    from . import mux
+    from .transport import mux
 
     limits = limits or HttpLimits()
     max_body, max_header_bytes, max_headers = limits.max_body, limits.max_header_bytes, limits.max_headers

@@ -27,7 +27,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from .schema import function_call
+from .protocol.openai import function_call
 
 __all__ = ["Policy", "ScriptedPolicy", "as_policy", "call_turn", "last_tool_output"]
 

@@ -241,7 +241,7 @@ class LocalStack:
         self.stop(keep_logs=exc_type is not None)
 
     def start(self) -> None:
-        from .auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV
+        from .transport.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV
 
         # Workers never see the client token (a task's code, or a sandbox escaping it, could
         # read it from their environment); they get the worker secret, the controller both.
@@ -297,7 +297,7 @@ class LocalStack:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
         pending = set(self.tasks)
-        from .auth import bearer
+        from .transport.auth import bearer
 
         with httpx.Client(timeout=2.0, headers=bearer(self.client_token)) as http:
             while pending:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl_envs.client import AsyncControllerClient
-from agentrl_envs.schema import SampleIndex
+from agentrl_envs.protocol.agentrl import SampleIndex
 
 from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode
 

@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 import torch
 
 from agentrl_envs.client import AsyncControllerClient
-from agentrl_envs.schema import SampleIndex
+from agentrl_envs.protocol.agentrl import SampleIndex
 
 from .lagging import choose_engine, engines_to_sync, lagging_engine_ids
 from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode_retrying

@@ -23,7 +23,8 @@ from agentrl_envs import agent
 from agentrl_envs.chat.toolcalls import parse_completion
 from agentrl_envs.client import AsyncControllerClient
 from agentrl_envs.errors import ContextLimitError
-from agentrl_envs.schema import Message, SampleIndex, SampleStatus, ToolDefinition
+from agentrl_envs.protocol.agentrl import SampleIndex, SampleStatus
+from agentrl_envs.protocol.openai import Message, ToolDefinition
 
 from .trajectory import TokenTrajectory
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl_envs.chat.toolcalls import render_prompt
-from agentrl_envs.schema import Message, ToolDefinition
+from agentrl_envs.protocol.openai import Message, ToolDefinition
 
 __all__ = ["Segment", "TokenTrajectory", "TurnRecord"]
 

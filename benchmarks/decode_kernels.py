@@ -186,7 +186,7 @@ def int4_products(layers: list[tuple[torch.Tensor, torch.Tensor, int]], head: to
 def engine_step(engine: Any, rows: int, steps: int = 64) -> float:
     """Seconds per step of the built-in engine decoding ``rows`` sampled rows (after their prefill)."""
     from agentrl_envs.chat.decode import DecodeRow
-    from agentrl_envs.schema import Message
+    from agentrl_envs.protocol.openai import Message
 
     batch = engine.new_batch(None, engine.new_prefix_cache(0))
     prompts = [engine.encode_prompt([Message(role="user", content=PROMPTS[i % len(PROMPTS)])]) for i in range(rows)]

@@ -11,7 +11,7 @@ from agentrl_envs import TaskRuntime
 from agentrl_envs.agent import InProcessSessions, MaxTurns, Outcome, classify, run_episode
 from agentrl_envs.errors import ContextLimitError, DataError, ModelServerError
 from agentrl_envs.policy import ScriptedPolicy, as_policy, call_turn, last_tool_output
-from agentrl_envs.schema import SampleStatus
+from agentrl_envs.protocol.agentrl import SampleStatus
 
 
 @pytest.fixture

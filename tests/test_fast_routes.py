@@ -17,8 +17,8 @@ from stack_helpers import wait_for
 
 from agentrl_envs.errors import SessionBusyError
 from agentrl_envs.httpapi import FastRoutes, WithHeaders, http_protocol, service_app
-from agentrl_envs.mux import MuxClient
 from agentrl_envs.stack import free_port
+from agentrl_envs.transport.mux import MuxClient
 
 
 class _Service:

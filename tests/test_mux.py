@@ -1,4 +1,4 @@
-"""The multiplexed controller → worker transport (agentrl_envs.mux): the controller's steps to our
+"""The multiplexed controller → worker transport (agentrl_envs.transport.mux): the controller's steps to our
 workers share one connection per worker, answers are matched to their requests whatever their
 order, and a worker that does not offer it (AgentRL's own) is spoken to over HTTP/1.1."""
 
@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from stack_helpers import LoopbackServer, wait_for
 from tasks_for_tests import Calc, call
 
-from agentrl_envs.controller.upstream import UpstreamError, UpstreamPool
 from agentrl_envs.episode import TaskRuntime
-from agentrl_envs.mux import HEAD, MAX_FRAME, MuxClient
 from agentrl_envs.stack import ServerThread
+from agentrl_envs.transport.mux import HEAD, MAX_FRAME, MuxClient
+from agentrl_envs.transport.upstream import UpstreamError, UpstreamPool
 from agentrl_envs.worker import WorkerService, create_worker_app
 
 
@@ -213,7 +213,7 @@ async def test_the_upgrade_answer_is_parsed_with_a_frame_in_the_same_packet_and_
     """The handshake's answer is read by httptools: a 101 followed, in the same write, by the first
     bytes of a frame is split exactly there (the frame completes later and answers its request);
     a non-HTTP answer is an OSError, not a hang."""
-    from agentrl_envs import mux
+    from agentrl_envs.transport import mux
 
     frame = HEAD.pack(3, 1, 200) + b'"x"'  # an answer frame: body length 3, request id 1, status 200
 
@@ -250,7 +250,7 @@ async def test_the_upgrade_answer_is_parsed_with_a_frame_in_the_same_packet_and_
 
 async def test_one_timer_per_connection_fails_what_is_due_and_nothing_else():
     """Request timeouts on a multiplexed connection share one timer, set to the earliest deadline."""
-    from agentrl_envs.mux import MuxClient
+    from agentrl_envs.transport.mux import MuxClient
 
     c = MuxClient()  # no transport: frames sent go nowhere, answers are fed by hand
     r1, f1 = c.start(b"interact", b"{}", 0.4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agentrl_envs.schema import Message, worked_example
+from agentrl_envs.protocol.openai import Message, worked_example
 
 
 def test_worked_example_pairs_each_call_with_its_tool_reply() -> None:
@@ -30,8 +30,8 @@ def test_one_error_tree_with_one_class_per_code():
     import agentrl_envs.chat.errors
     import agentrl_envs.containers.build
     import agentrl_envs.containers.engine
-    import agentrl_envs.controller.upstream
-    import agentrl_envs.sandbox.base  # noqa: F401
+    import agentrl_envs.sandbox.base
+    import agentrl_envs.transport.upstream  # noqa: F401
     from agentrl_envs.errors import AgentRLEnvsError
 
     def walk(cls: type) -> list[type]:

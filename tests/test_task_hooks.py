@@ -13,7 +13,7 @@ from stack_helpers import Stack
 from agentrl_envs import TaskRuntime
 from agentrl_envs.agent import AgentSession, InProcessSessions
 from agentrl_envs.client import AsyncControllerClient
-from agentrl_envs.schema import Message
+from agentrl_envs.protocol.openai import Message
 from agentrl_envs.task import Task
 
 

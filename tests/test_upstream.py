@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from stack_helpers import LoopbackServer
 
-from agentrl_envs.controller.upstream import UpstreamError, UpstreamPool
+from agentrl_envs.transport.upstream import UpstreamError, UpstreamPool
 
 
 class RawServer(LoopbackServer):

@@ -29,7 +29,7 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 
-from ..schema import Message, ToolDefinition, Usage
+from ..protocol.openai import Message, ToolDefinition, Usage
 from .decode import DecodeBatch, DecodeRow, PrefixCache
 from .errors import BadModelRequestError, ContextLengthError
 from .fast_decode import FastDecodeBatch, HeadCache

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..schema import ToolDefinition
+from ..protocol.openai import ToolDefinition
 from .toolcalls import _tool_dict
 
 __all__ = ["ToolCallGrammar", "tool_call_schema"]

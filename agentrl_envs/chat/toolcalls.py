@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from ..schema import FunctionCall, Message, ToolCall, ToolDefinition
+from ..protocol.openai import FunctionCall, Message, ToolCall, ToolDefinition
 
 __all__ = [
     "ParsedCompletion",

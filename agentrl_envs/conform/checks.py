@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Callable
 
 from ..conformance import ConformanceSkip, shorten, tool_list_problems
-from ..schema import SampleStatus
+from ..protocol.agentrl import SampleStatus
 from .lifecycle import check_cancel, check_ended_session, check_idle_expiry
 from .options import WireOptions
 from .references import check_reference_replay

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conformance import NO_CALL, shorten
-from ..schema import SampleStatus
+from ..protocol.agentrl import SampleStatus
 from .wire import Answer, WireTarget
 
 #: How a round may end an episode when the model made a mistake or played on: statuses of

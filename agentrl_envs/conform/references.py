@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import conformance as in_process
 from ..conformance import ConformanceSkip, shorten
-from ..schema import SampleStatus
+from ..protocol.agentrl import SampleStatus
 from .moves import ended
 from .options import WireOptions
 from .wire import WireTarget

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..conformance import ConformanceSkip, bad_call_cases, shorten
-from ..schema import SampleStatus
+from ..protocol.agentrl import SampleStatus
 from .moves import MODEL_ENDS, NO_CALL_MOVE, Move, ended, env_out, keep_open
 from .options import WireOptions
 from .wire import WireTarget

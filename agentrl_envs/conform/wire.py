@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from ..auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, bearer, env_token, split_userinfo
 from ..conformance import shorten
+from ..transport.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, bearer, env_token, split_userinfo
 
 #: Session ids the checks use on a worker directly (its capacity): below every id a controller of
 #: agentrl-envs hands out (start time in ms × 1000, ≥ 1.6e15), so they never collide with one.

@@ -40,10 +40,10 @@ from typing import Any
 
 import httpx
 
-from ..auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, bearer
 from ..errors import InfrastructureError
 from ..stack import free_port, tasks_without_live_worker, worker_args
 from ..supervisor import RestartPolicy, describe_exit
+from ..transport.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, bearer
 from .engine import (
     CONTROLLER_REPO,
     DOCKER_SOCKET,

@@ -22,10 +22,9 @@ from fastapi import Header, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..auth import ADMIN, ANONYMOUS, CLIENT, WORKER, Authenticator, Principal
 from ..errors import InvalidRequestError, SessionError
 from ..httpapi import FastRoutes, WithHeaders, json_response, parse_body, service_app
-from ..schema import (
+from ..protocol.agentrl import (
     HeartbeatRequest,
     InteractRequest,
     InteractResponse,
@@ -33,6 +32,7 @@ from ..schema import (
     StartSampleRequest,
     StartSampleResponse,
 )
+from ..transport.auth import ADMIN, ANONYMOUS, CLIENT, WORKER, Authenticator, Principal
 from .service import VERSION, ControllerService
 
 log = logging.getLogger(__name__)

@@ -54,7 +54,6 @@ from typing import Any
 import httpx
 import orjson
 
-from ..auth import ADMIN, Principal, bearer
 from ..errors import (
     CapacityError,
     ConfirmationRequiredError,
@@ -68,10 +67,11 @@ from ..errors import (
     UnknownSessionError,
     WorkerUnreachableError,
 )
-from ..schema import HeartbeatRequest, SampleIndex, SampleStatus, client_view, is_renewal
+from ..protocol.agentrl import HeartbeatRequest, SampleIndex, SampleStatus, client_view, is_renewal
+from ..transport.auth import ADMIN, Principal, bearer
+from ..transport.upstream import UpstreamError, UpstreamPool
 from .metrics import ControllerMetrics
 from .notices import NoticeChecker
-from .upstream import UpstreamError, UpstreamPool
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from ..agent import MaxTurns, Outcome, run_episode
 from ..client import AsyncControllerClient
 from ..errors import ContextLimitError, InfrastructureError, ModelServerError
-from ..schema import SampleIndex, SampleStatus
+from ..protocol.agentrl import SampleIndex, SampleStatus
 from .config import EvalConfig, ModelSlot
 
 if TYPE_CHECKING:

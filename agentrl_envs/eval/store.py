@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AgentRLEnvsError
-from ..schema import SampleIndex
+from ..protocol.agentrl import SampleIndex
 from .config import EvalConfig
 from .runner import EpisodeKey, EpisodeResult
 

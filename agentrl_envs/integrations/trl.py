@@ -55,7 +55,8 @@ from ..agent import AgentSession, Outcome, Transcript
 from ..client import AsyncControllerClient
 from ..errors import AgentRLEnvsError, InfrastructureError
 from ..policy import call_turn
-from ..schema import Message, SampleIndex, SampleStatus
+from ..protocol.agentrl import SampleIndex, SampleStatus
+from ..protocol.openai import Message
 from .loop_thread import LoopThread
 from .typed_tools import tool_function
 

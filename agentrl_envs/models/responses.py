@@ -26,7 +26,7 @@ from typing import Any
 
 from ..chat.engine import ChatGeneration
 from ..chat.errors import BadModelRequestError
-from ..schema import FunctionCall, FunctionDefinition, Message, ResponsesRequest, ToolCall, ToolDefinition
+from ..protocol.openai import FunctionCall, FunctionDefinition, Message, ResponsesRequest, ToolCall, ToolDefinition
 
 __all__ = ["to_chat", "to_response", "truncate"]
 

@@ -43,7 +43,7 @@ from fastapi.responses import Response, StreamingResponse
 from ..chat.engine import ChatGeneration
 from ..chat.errors import BadModelRequestError
 from ..httpapi import install_error_handlers, json_response
-from ..schema import ChatCompletionRequest, Message, ResponsesRequest, ToolDefinition
+from ..protocol.openai import ChatCompletionRequest, Message, ResponsesRequest, ToolDefinition
 from . import responses
 from .launch import add_server_arguments, serve_from_args
 from .service import StreamDelta

@@ -30,7 +30,7 @@ from typing import Any
 from ..chat.engine import ChatGeneration, PreparedChat, TransformersEngine
 from ..chat.sampling import BatchSampler, Completion
 from ..chat.toolcalls import TOOL_CALL_OPEN
-from ..schema import Message, ToolCall, ToolDefinition, Usage
+from ..protocol.openai import Message, ToolCall, ToolDefinition, Usage
 
 __all__ = ["ChatService", "StreamDelta"]
 

@@ -10,9 +10,8 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 
-from ..auth import WORKER, Authenticator
 from ..httpapi import FastRoutes, WithHeaders, json_response, parse_body, service_app
-from ..schema import (
+from ..protocol.agentrl import (
     EnvOutput,
     WorkerCancelRequest,
     WorkerInteractRequest,
@@ -21,6 +20,7 @@ from ..schema import (
     WorkerStatus,
     is_renewal,
 )
+from ..transport.auth import WORKER, Authenticator
 from .service import WorkerService
 
 

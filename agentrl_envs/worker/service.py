@@ -27,11 +27,11 @@ from typing import Any
 
 import httpx
 
-from ..auth import bearer, split_userinfo
 from ..client import api_url
 from ..episode import Episode, TaskRuntime
 from ..errors import CapacityError, SessionBusyError, SessionError, UnknownSessionError
-from ..schema import EnvOutput, SampleIndex, SampleStatus, is_renewal
+from ..protocol.agentrl import EnvOutput, SampleIndex, SampleStatus, is_renewal
+from ..transport.auth import bearer, split_userinfo
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import socket
 
 import pytest
 
-from agentrl_envs.controller.upstream import UpstreamError, UpstreamPool
+from agentrl_envs.transport.upstream import UpstreamError, UpstreamPool
 
 
 @pytest.mark.parametrize("multiplex", [True, False], ids=["multiplexed", "http"])

@@ -72,7 +72,7 @@ def main() -> None:
         os.environ["AGENTRL_ENVS_MODEL_CACHE"] = tempfile.mkdtemp(prefix="bench-cache-")
     started = time.perf_counter()
     from agentrl_envs.chat.engine import TransformersEngine
-    from agentrl_envs.schema import Message, ToolDefinition
+    from agentrl_envs.protocol.openai import Message, ToolDefinition
 
     engine = TransformersEngine()
     print(f"load: {engine.load_seconds:.1f} s in the engine, {time.perf_counter() - started:.1f} s with imports (cold={a.cold})")
@@ -103,7 +103,7 @@ def main() -> None:
 
 
 def _speed(engine: Any) -> None:
-    from agentrl_envs.schema import Message
+    from agentrl_envs.protocol.openai import Message
 
     filler = "The quick brown fox jumps over the lazy dog. " * 200
     prompt_ids = engine.encode_prompt([Message(role="user", content=filler)])[:800]

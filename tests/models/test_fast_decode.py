@@ -18,7 +18,7 @@ from agentrl_envs.chat.engine import TransformersEngine
 from agentrl_envs.chat.fast_decode import HeadCache, common_prefix
 from agentrl_envs.chat.llama import bfloat16_available
 from agentrl_envs.chat.sampling import BatchSampler
-from agentrl_envs.schema import Message
+from agentrl_envs.protocol.openai import Message
 
 SYSTEM = "You are a helpful assistant. Answer in one short sentence. " * 4
 QUESTIONS = [

@@ -9,7 +9,7 @@ import pytest
 from agentrl_envs.chat.engine import TransformersEngine
 from agentrl_envs.chat.grammar import tool_call_schema
 from agentrl_envs.chat.toolcalls import parse_completion
-from agentrl_envs.schema import FunctionDefinition, Message, ToolDefinition
+from agentrl_envs.protocol.openai import FunctionDefinition, Message, ToolDefinition
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("xgrammar")

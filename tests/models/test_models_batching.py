@@ -12,7 +12,7 @@ import pytest
 from agentrl_envs.chat.errors import ContextLengthError
 from agentrl_envs.models.server import create_app
 from agentrl_envs.models.service import ChatService
-from agentrl_envs.schema import FunctionDefinition, Message, ToolDefinition
+from agentrl_envs.protocol.openai import FunctionDefinition, Message, ToolDefinition
 
 pytest.importorskip("torch")
 

@@ -8,7 +8,7 @@ import pytest
 
 from agentrl_envs.chat.engine import TransformersEngine
 from agentrl_envs.chat.errors import ContextLengthError
-from agentrl_envs.schema import FunctionDefinition, Message, ToolDefinition
+from agentrl_envs.protocol.openai import FunctionDefinition, Message, ToolDefinition
 
 pytestmark = pytest.mark.model
 

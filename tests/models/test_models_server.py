@@ -13,7 +13,7 @@ from agentrl_envs.chat.engine import ChatGeneration
 from agentrl_envs.chat.toolcalls import parse_completion
 from agentrl_envs.models.server import create_app
 from agentrl_envs.models.service import ChatService, StreamDelta
-from agentrl_envs.schema import FunctionDefinition, Message, ToolDefinition, Usage
+from agentrl_envs.protocol.openai import FunctionDefinition, Message, ToolDefinition, Usage
 
 SQL_TOOL = {
     "type": "function",

@@ -14,7 +14,7 @@ from agentrl_envs.chat.toolcalls import (
     to_template_messages,
     tools_system_section,
 )
-from agentrl_envs.schema import FunctionCall, FunctionDefinition, Message, ToolCall, ToolDefinition
+from agentrl_envs.protocol.openai import FunctionCall, FunctionDefinition, Message, ToolCall, ToolDefinition
 
 CHATML = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

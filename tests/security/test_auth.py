@@ -14,20 +14,20 @@ import pytest
 from security_helpers import ADMIN, ALICE, BOB, WORKER, auth
 
 from agentrl_envs import cli
-from agentrl_envs.auth import (
+from agentrl_envs.controller.app import ROLES
+from agentrl_envs.errors import AgentRLEnvsError
+from agentrl_envs.transport.auth import (
     ADMIN as ADMIN_ROLE,
 )
-from agentrl_envs.auth import (
+from agentrl_envs.transport.auth import (
     Authenticator,
     Principal,
     is_loopback,
     require_auth_off_loopback,
     split_userinfo,
 )
-from agentrl_envs.controller.app import ROLES
-from agentrl_envs.errors import AgentRLEnvsError
-from agentrl_envs.mux import PATH as MUX_PATH
-from agentrl_envs.mux import UPGRADE_TOKEN
+from agentrl_envs.transport.mux import PATH as MUX_PATH
+from agentrl_envs.transport.mux import UPGRADE_TOKEN
 
 WRONG = "not-a-token"
 

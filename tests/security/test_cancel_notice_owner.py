@@ -20,10 +20,10 @@ from security_helpers import ADMIN, WORKER, agentrl_counter_worker, auth
 from stack_helpers import wait_for
 from tasks_for_tests import Calc
 
-from agentrl_envs.auth import controller_authenticator, worker_authenticator
 from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.episode import TaskRuntime
 from agentrl_envs.stack import ServerThread, free_port
+from agentrl_envs.transport.auth import controller_authenticator, worker_authenticator
 from agentrl_envs.worker import WorkerService, create_worker_app
 
 

@@ -9,9 +9,9 @@ import httpx
 import pytest
 from security_helpers import ALICE, BOB, CAROL, auth
 
-from agentrl_envs.auth import Principal
 from agentrl_envs.client import AsyncControllerClient
 from agentrl_envs.errors import QuotaExceededError
+from agentrl_envs.transport.auth import Principal
 
 
 def start(url: str, token: str) -> httpx.Response:

@@ -12,8 +12,8 @@ import signal
 import httpx
 from stack_helpers import wait_for
 
-from agentrl_envs.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV
 from agentrl_envs.stack import LocalStack
+from agentrl_envs.transport.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV
 
 
 def environ(pid: int) -> dict[str, str]:

@@ -11,8 +11,8 @@ import time
 import httpx
 from stack_helpers import wait_for
 
-from agentrl_envs.auth import WORKER_SECRET_ENV
 from agentrl_envs.stack import ManagedProcess, free_port
+from agentrl_envs.transport.auth import WORKER_SECRET_ENV
 
 ALICE, BOB, DAVE = "alice-rot-0123456789", "bob-rot-0123456789", "dave-rot-0123456789"
 SECRET = "worker-rot-0123456789"

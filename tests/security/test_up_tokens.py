@@ -7,10 +7,10 @@ from __future__ import annotations
 import httpx
 
 from agentrl_envs import cli
-from agentrl_envs.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV
 from agentrl_envs.client import ControllerClient
 from agentrl_envs.errors import AuthenticationError
 from agentrl_envs.stack import LocalStack
+from agentrl_envs.transport.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV
 
 
 def test_a_local_stack_with_tokens(tmp_path):

@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from agentrl_envs.chat.toolcalls import parse_completion, render_prompt  # noqa: E402
-from agentrl_envs.schema import Message, ToolDefinition  # noqa: E402
+from agentrl_envs.protocol.openai import Message, ToolDefinition  # noqa: E402
 from agentrl_trainer.trajectory import Segment, TokenTrajectory  # noqa: E402
 
 pytestmark = pytest.mark.model

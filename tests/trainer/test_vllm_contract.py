@@ -23,7 +23,7 @@ from transformers import PreTrainedTokenizerFast
 
 from agentrl_envs import agent
 from agentrl_envs.errors import ContextLimitError, InfrastructureError, ModelError, ModelServerError
-from agentrl_envs.schema import InteractResponse, SampleStatus, StartSampleResponse
+from agentrl_envs.protocol.agentrl import InteractResponse, SampleStatus, StartSampleResponse
 from agentrl_trainer.engines import VLLMEngine
 from agentrl_trainer.engines.vllm import GRAMMAR_REFUSAL, VLLMEngineError, end_of_turn_token_ids
 

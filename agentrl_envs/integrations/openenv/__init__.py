@@ -36,9 +36,9 @@ def add_arguments(sp: argparse.ArgumentParser, data_args: Callable[[argparse.Arg
 
 def command(a: argparse.Namespace) -> int:
     """Run ``agentrl-envs openenv serve``."""
-    from ...auth import is_loopback
     from ...cli import task_options
     from ...errors import AgentRLEnvsError
+    from ...transport.auth import is_loopback
 
     if not is_loopback(a.host) and not a.insecure:
         raise AgentRLEnvsError(f"OpenEnv's protocol has no authentication: serving on {a.host} needs --insecure")

@@ -43,7 +43,8 @@ from pydantic import Field
 from ...agent import AgentSession, InProcessSessions, Sessions
 from ...errors import AgentRLEnvsError, InfrastructureError, SessionFinishedError
 from ...policy import call_turn
-from ...schema import Message, SampleIndex
+from ...protocol.agentrl import SampleIndex
+from ...protocol.openai import Message
 from ..loop_thread import LoopThread
 
 __all__ = ["TaskAction", "TaskEnvironment", "TaskObservation", "TaskState", "create_openenv_app"]

@@ -27,7 +27,7 @@ from typing import Any
 
 import alfworld.gen.goal_library as goal_library
 
-from agentrl_envs.schema import worked_example
+from agentrl_envs.protocol.openai import worked_example
 
 from .pool import EnginePool
 from .prompts import EASY_EXAMPLE, easy_message, next_action, process_ob, task_message

@@ -144,7 +144,7 @@ async def test_whole_easy_episode_fits_the_trainers_context() -> None:
     episode stays under its 2,048-token context, and one turn's call under its 48 tokens."""
     from agentrl_envs.chat.loading import load_model
     from agentrl_envs.chat.toolcalls import render_prompt
-    from agentrl_envs.schema import Message, ToolDefinition
+    from agentrl_envs.protocol.openai import Message, ToolDefinition
 
     tokenizer, _, _ = load_model(None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl_envs.schema import worked_example
+from agentrl_envs.protocol.openai import worked_example
 
 SYSTEM_PROMPT = """I will ask you a question, then you should help me operate a MySQL database with SQL to answer the question.
 You have to explain the problem and your solution to me and write down your thoughts.

@@ -47,7 +47,7 @@ from agentrl_envs import TaskRuntime
 from agentrl_envs.agent import InProcessSessions, run_episode
 from agentrl_envs.errors import DataError
 from agentrl_envs.policy import as_policy, call_turn
-from agentrl_envs.schema import SampleStatus
+from agentrl_envs.protocol.agentrl import SampleStatus
 
 # ---------------------------------------------------------------------------- the ontology folder
 

@@ -22,7 +22,7 @@ from agentrl_env_kg.task import NO_CALL
 from agentrl_envs import TaskRuntime, get_task
 from agentrl_envs.agent import InProcessSessions, run_episode
 from agentrl_envs.policy import as_policy, call_turn
-from agentrl_envs.schema import SampleStatus
+from agentrl_envs.protocol.agentrl import SampleStatus
 
 EASY = ("easy", "easy-val", "easy-test")
 SIZES = {"easy": 200, "easy-val": 100, "easy-test": 100}
@@ -165,7 +165,7 @@ def test_shipped_easy_splits_are_the_generators_output() -> None:
 
 def test_every_reference_call_fits_a_48_token_turn() -> None:
     from agentrl_envs.chat.toolcalls import render_prompt
-    from agentrl_envs.schema import Message
+    from agentrl_envs.protocol.openai import Message
 
     # call_text is the block the chat template writes for the reference's call
     sample = KGTask.load_samples("easy-val")[0]
@@ -181,7 +181,7 @@ async def test_whole_easy_episode_fits_the_trainers_context() -> None:
     48-token turns and two of the longest replies the entity can get (its relation list) stay
     under 2,048 tokens, for the longest question of every split."""
     from agentrl_envs.chat.toolcalls import render_prompt
-    from agentrl_envs.schema import Message, ToolDefinition
+    from agentrl_envs.protocol.openai import Message, ToolDefinition
 
     for split in EASY:
         runtime = TaskRuntime(get_task("kg"), split=split)

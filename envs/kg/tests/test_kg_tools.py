@@ -10,7 +10,7 @@ from agentrl_env_kg.task import NO_CALL
 
 from agentrl_envs import TaskRuntime, get_task
 from agentrl_envs.policy import call_turn
-from agentrl_envs.schema import SampleStatus
+from agentrl_envs.protocol.agentrl import SampleStatus
 
 
 @pytest.fixture(scope="module")

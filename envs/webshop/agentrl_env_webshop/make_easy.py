@@ -128,7 +128,7 @@ def example_goal(seed: int = 0) -> dict[str, Any]:
 async def record_example(runtime: Any) -> list[dict[str, Any]]:
     """Play :func:`example_goal`'s steps through the task on ``runtime`` (an open
     :class:`~agentrl_envs.TaskRuntime` of webshop); the exchange as worked-example messages."""
-    from agentrl_envs.schema import worked_example
+    from agentrl_envs.protocol.openai import worked_example
 
     episode = runtime.episode(-1, custom_task=example_goal())
     first = await episode.start()

@@ -177,7 +177,7 @@ async def test_a_whole_easy_episode_fits_smollm2_s_context(easy_runtime) -> None
     transformers = pytest.importorskip("transformers")
     from agentrl_envs.chat.loading import model_directory
     from agentrl_envs.chat.toolcalls import render_prompt
-    from agentrl_envs.schema import Message, ToolDefinition
+    from agentrl_envs.protocol.openai import Message, ToolDefinition
 
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_directory()), local_files_only=True)

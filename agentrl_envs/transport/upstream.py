@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from ..errors import WorkerUnreachableError
-from ..mux import MuxClient, Reply, tls_options
+from .mux import MuxClient, Reply, tls_options
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import AgentRLEnvsError, AuthenticationError, ForbiddenError, QuotaExceededError
+from ..errors import AgentRLEnvsError, AuthenticationError, ForbiddenError, QuotaExceededError
 
 CLIENT_TOKEN_ENV = "AGENTRL_CLIENT_TOKEN"
 WORKER_SECRET_ENV = "AGENTRL_WORKER_SECRET"
