@@ -8,7 +8,7 @@ Example::
         splits = ("dev",)
 
         @classmethod
-        def load_samples(cls, split=None, data=None):
+        def load_split(cls, split):  # load_data(cls, path) reads --data PATH
             return [{"word": "hi"}]
 
         async def setup(self):
@@ -34,9 +34,9 @@ per-worker shared resources (``open_resources``), ``setup`` returns the opening 
 ``teardown`` releases what the session holds. A tool ends the episode with :meth:`Task.finish`.
 
 Episode settings are read per session, never from run-time subclasses: the round limit
-(``self.turn_limit``) is the config's ``max_turns`` if the task's ``Config`` declares one and
-the operator set it, else the sample's ``max_turns`` (a split's generator writes it into its
-samples), else the class default ``max_turns``.
+(``self.turn_limit``) is the config's ``max_turns`` if the task's ``Config`` declares one (a
+:class:`TaskConfig` does) and the operator set it, else the sample's ``max_turns`` (a split's
+generator writes it into its samples), else the class default ``max_turns``.
 
 A task proves its rewards with a *reference policy* (:meth:`Task.reference_policy`): given the
 conversation so far it returns the next assistant message (see :mod:`agentrl_envs.policy`), so
@@ -147,6 +147,19 @@ class NoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class TaskConfig(BaseModel):
+    """Base of a task's options: subclass it for the task's ``Config``.
+
+    It brings ``max_turns``, the operator's round limit for every session (see
+    :meth:`Task.resolve_turn_limit`), and refuses unknown options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int | None = Field(
+        None, ge=1, description="Round limit of every session (unset: the sample's max_turns, else the task's default)."
+    )
+
+
 class Task:
     """Base class of every task. Subclass it once per task; see the module docstring."""
 
@@ -178,8 +191,27 @@ class Task:
 
     @classmethod
     def load_samples(cls, split: str | None = None, data: str | Path | None = None) -> list[dict[str, Any]]:
-        """Return the samples of ``split`` (one of ``splits``) or of the file/dir ``data``."""
-        raise NotImplementedError
+        """Return the samples of ``split`` (one of ``splits``; default the first) or of the file/dir ``data``.
+
+        By default ``load_data(data)`` when ``data`` is given, else ``load_split(split)``: a task
+        implements those two hooks, or overrides this method."""
+        if data is not None:
+            return cls.load_data(data)
+        if split is None:
+            if not cls.splits:
+                raise DataError(f"task {cls.name!r} ships no splits: give its samples with data=PATH")
+            split = cls.splits[0]
+        return cls.load_split(split)
+
+    @classmethod
+    def load_split(cls, split: str) -> list[dict[str, Any]]:
+        """The samples of the shipped split ``split`` (one of ``splits``)."""
+        raise NotImplementedError(f"task {cls.name!r}: implement load_split (or load_samples)")
+
+    @classmethod
+    def load_data(cls, data: str | Path) -> list[dict[str, Any]]:
+        """The samples of the file or directory ``data`` (``--data PATH``)."""
+        raise DataError(f"task {cls.name!r} reads no data files: use one of its splits {list(cls.splits)}")
 
     @classmethod
     def sample_from_custom(cls, custom_task: dict[str, Any]) -> dict[str, Any]:

@@ -19,13 +19,12 @@ available actions, then the next action of the sample's ``plan`` (:func:`.prompt
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from agentrl_envs.protocol.agentrl import SampleStatus
-from agentrl_envs.task import Task, tool
+from agentrl_envs.task import Task, TaskConfig, tool
 
 from .actions import process_action, repeated_three_times
 from .pool import EnginePool, Lease
@@ -34,7 +33,7 @@ from .reference import reference_policy
 from .samples import EASY_SPLITS, SPLITS, load_data, load_split, validate_sample
 
 
-class ALFWorldConfig(BaseModel):
+class ALFWorldConfig(TaskConfig):
     """Options of the ALFWorld task.
 
     Engine:
@@ -48,13 +47,10 @@ class ALFWorldConfig(BaseModel):
         max_turns: round limit of every session (unset: 20, AgentBench's ``max_step``).
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     processes: int | None = Field(None, ge=0, description="Engine processes (unset: one per core; 0: in the worker).")
     logic: Literal["agentbench", "alfworld"] = Field(
         "agentbench", description="Logic of generated games: 'agentbench' (ALFWorld 2.1.1) or 'alfworld' (2.1.2)."
     )
-    max_turns: int | None = Field(None, ge=1, description="Round limit of every session (unset: 20).")
 
 
 class ALFWorldTask(Task):
@@ -66,21 +62,15 @@ class ALFWorldTask(Task):
 
     # ------------------------------------------------------------------ data
 
-    @classmethod
-    def load_samples(cls, split: str | None = None, data: str | Path | None = None) -> list[dict[str, Any]]:
-        """A generated split (``dev``, ``test``, ``train``) or ALFWorld's games at ``data``."""
-        if data is not None:
-            return load_data(data)
-        return load_split(split or "dev")
+    load_split = staticmethod(load_split)  # generated (dev, test, train) or shipped (easy*)
+    load_data = staticmethod(load_data)  # ALFWorld's own games
 
     @classmethod
     def sample_from_custom(cls, custom_task: dict[str, Any]) -> dict[str, Any]:
         return validate_sample(custom_task, "custom_task")
 
-    @classmethod
-    def reference_policy(cls, sample: dict[str, Any]) -> Any:
-        """The scene-aware expert (generated games) or the game's stored walkthrough (game files)."""
-        return reference_policy(sample)
+    #: the scene-aware expert (generated games) or the game's stored walkthrough (game files)
+    reference_policy = staticmethod(reference_policy)
 
     @classmethod
     async def open_resources(cls, config: BaseModel) -> EnginePool:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from agentrl_envs.errors import ToolCallError
 from agentrl_envs.protocol.agentrl import SampleStatus
-from agentrl_envs.task import Task, tool
+from agentrl_envs.task import Task, TaskConfig, tool
 
 from .arguments import read_argument
 from .ontology import Ontology, load_ontology
@@ -35,7 +34,7 @@ _FINAL = re.compile(r"(?:Find|Final) Answer: #(\d+)")
 NO_CALL = "No valid function calls found! Need to recheck the function calls."
 
 
-class KGConfig(BaseModel):
+class KGConfig(TaskConfig):
     """Options of the KG task.
 
     Store:
@@ -53,8 +52,6 @@ class KGConfig(BaseModel):
         query_timeout_s: seconds one remote query may take.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     backend: Literal["embedded", "remote"] = Field(
         "embedded", description="'embedded' (pyoxigraph) or 'remote' (SPARQL endpoint)."
     )
@@ -65,7 +62,6 @@ class KGConfig(BaseModel):
     )
     ontology: str | None = Field(None, description="Directory with AgentBench's fb_roles and vocab.json.")
     one_shot: bool = Field(False, description="Prepend AgentBench's one-shot example.")
-    max_turns: int | None = Field(None, ge=1, description="Round limit of every session (unset: the sample's, else 15).")
     query_timeout_s: float = Field(30.0, gt=0, description="Seconds one remote query may take.")
 
     @model_validator(mode="after")
@@ -121,12 +117,8 @@ class KGTask(Task):
 
     # ------------------------------------------------------------------ data
 
-    @classmethod
-    def load_samples(cls, split: str | None = None, data: str | Path | None = None) -> list[dict[str, Any]]:
-        """The shipped split ``split`` or the questions of the AgentBench-format file ``data``."""
-        if data is not None:
-            return load_file(data)
-        return load_split(split or "dev")
+    load_split = staticmethod(load_split)
+    load_data = staticmethod(load_file)  # an AgentBench-format .json file of questions
 
     @classmethod
     def reference_policy(cls, sample: dict[str, Any]):

@@ -20,18 +20,17 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from agentrl_envs.errors import DataError
 from agentrl_envs.protocol.agentrl import SampleStatus
 from agentrl_envs.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxLimits
-from agentrl_envs.task import Task, tool
+from agentrl_envs.task import Task, TaskConfig, tool
 
 from .prompts import NO_TOOL_CALL, opening_prompts, os_output
-from .reference import OSReferencePolicy, reference_policy
+from .reference import reference_policy
 from .samples import load_path, load_split, normalize
 from .scoring import REGEX_TIMEOUT_S, evaluate_check, evaluate_match, init_command, script_command
 
@@ -41,7 +40,7 @@ from .scoring import REGEX_TIMEOUT_S, evaluate_check, evaluate_match, init_comma
 _REGEX_POOL = ThreadPoolExecutor(32, thread_name_prefix="os-regex")
 
 
-class OSConfig(BaseModel):
+class OSConfig(TaskConfig):
     """Options of the OS task.
 
     Sandbox:
@@ -58,8 +57,6 @@ class OSConfig(BaseModel):
         max_turns: round limit of every session (unset: the sample's ``max_turns``, else 8).
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     backend: Literal["bwrap", "docker"] = Field("bwrap", description="Sandbox backend: 'bwrap' or 'docker'.")
     rootfs: str | None = Field(None, description="Root filesystem path for 'bwrap' (default $AGENTRL_ROOTFS).")
     reap_interval_s: float = Field(
@@ -73,7 +70,6 @@ class OSConfig(BaseModel):
     regex_timeout_s: float = Field(
         REGEX_TIMEOUT_S, gt=0, le=60, description="Seconds a match.regex judgement may take (then a task error)."
     )
-    max_turns: int | None = Field(None, ge=1, description="Round limit of every session (unset: the sample's max_turns, else 8).")
 
     def limits(self) -> SandboxLimits:
         return SandboxLimits(self.memory_mb, self.cpus, self.pids, self.command_timeout_s)
@@ -90,13 +86,10 @@ class OSTask(Task):
 
     # ------------------------------------------------------------------ data
 
-    @classmethod
-    def load_samples(cls, split: str | None = None, data: str | Path | None = None) -> list[dict[str, Any]]:
-        """The shipped split, or ``data``: a problem file (``.json``/``.jsonl``; scripts in ``scripts/``
-        next to it, else its own dir) or a dir holding ``problems.json`` and ``scripts/``."""
-        if data is not None:
-            return load_path(data)
-        return load_split(split or "dev")
+    load_split = staticmethod(load_split)
+    #: a problem file (``.json``/``.jsonl``; scripts in ``scripts/`` next to it, else its own dir)
+    #: or a dir holding ``problems.json`` and ``scripts/``
+    load_data = staticmethod(load_path)
 
     @classmethod
     def sample_from_custom(cls, custom_task: dict[str, Any]) -> dict[str, Any]:
@@ -107,12 +100,10 @@ class OSTask(Task):
         except Exception as e:
             raise DataError(f"custom_task: {e}") from None
 
-    @classmethod
-    def reference_policy(cls, sample: dict[str, Any]) -> OSReferencePolicy | None:
-        """A fresh :class:`~.reference.OSReferencePolicy` for ``sample`` (it answers a ``match``,
-        runs ``example`` and answers what it prints, or runs it and finishes; see
-        :mod:`.reference`), or ``None`` when no way to solve it is known."""
-        return reference_policy(sample)
+    #: a fresh :class:`~.reference.OSReferencePolicy` for the sample (it answers a ``match``, runs
+    #: ``example`` and answers what it prints, or runs it and finishes), or ``None`` when no way to
+    #: solve it is known
+    reference_policy = staticmethod(reference_policy)
 
     # ------------------------------------------------------------------ worker resources
 
@@ -135,9 +126,8 @@ class OSTask(Task):
 
     # ------------------------------------------------------------------ session
 
-    def __init__(self, sample: dict[str, Any], *, config: BaseModel | None = None, resources: Any = None) -> None:
-        super().__init__(sample, config=config, resources=resources)
-        self.box: Sandbox | None = None
+    #: the session's sandbox, from ``setup`` to ``teardown``
+    box: Sandbox | None = None
 
     async def setup(self) -> list[dict[str, Any]]:
         if self.resources is None:
