@@ -51,7 +51,7 @@ def test_one_error_tree_with_one_class_per_code():
 
 def test_the_hand_built_wire_bodies_equal_the_models_dumps():
     """The hot path builds its bodies by hand for speed; they must be exactly the typed models'."""
-    from agentrl_envs.schema import (
+    from agentrl_envs.protocol.agentrl import (
         EnvOutput,
         InteractResponse,
         SampleStatus,

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from agentrl_envs.schema import function_call
+from agentrl_envs.protocol.openai import function_call
 
 from .categories import is_multi_turn
 from .upstream import bfcl

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentrl_envs.schema import Message, SampleStatus
+from agentrl_envs.protocol.agentrl import SampleStatus
+from agentrl_envs.protocol.openai import Message
 from agentrl_envs.task import Task
 
 from . import upstream
