@@ -14,7 +14,7 @@ __all__ = ["Episode", "SampleStatus", "Task", "TaskRuntime", "get_task", "make",
 
 def make(task: str, **kwargs):
     """Create a gymnasium env for ``task`` (in-process, or through ``controller=URL``)."""
-    from .gym_env import make as _make
+    from .integrations.gym import make as _make
 
     return _make(task, **kwargs)
 

@@ -10,7 +10,7 @@ import pytest
 from test_conformance import require_runnable
 
 import agentrl_envs
-from agentrl_envs.gym_env import register_all
+from agentrl_envs.integrations.gym import register_all
 
 
 @pytest.mark.parametrize("env_id", register_all())

@@ -1,5 +1,7 @@
 """Our tasks where people already train and share environments.
 
+* :mod:`agentrl_envs.integrations.gym` — every task as a ``gymnasium.Env`` (``agentrl_envs.make``,
+  ``gymnasium.make("agentrl/<task>-v0")``);
 * :mod:`agentrl_envs.integrations.trl` — every task as an environment of TRL's
   ``GRPOTrainer(environment_factory=...)`` (docs/trl.md);
 * :mod:`agentrl_envs.integrations.openenv` — every task served as an OpenEnv environment, and any

@@ -24,12 +24,12 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 from pydantic import ValidationError
 
-from .agent import AgentSession, InProcessSessions, Sessions
-from .client import AsyncControllerClient
-from .episode import TaskRuntime
-from .protocol.agentrl import SampleStatus
-from .protocol.openai import Message, function_call
-from .registry import get_task, register_all
+from ..agent import AgentSession, InProcessSessions, Sessions
+from ..client import AsyncControllerClient
+from ..episode import TaskRuntime
+from ..protocol.agentrl import SampleStatus
+from ..protocol.openai import Message, function_call
+from ..registry import get_task, register_all
 
 _WORDS = ("select", "table", "name", "count", "value", "id", "list", "42", "true", "x")
 
