@@ -641,7 +641,10 @@ def check_gym_env(task_cls: type[Task], split: str | None = None, *, config: dic
         added = env_id not in gym.registry
         if added:
             gym.register(
-                env_id, entry_point="agentrl_envs.integrations.gym:AgentEnv", kwargs={"task": task_cls.name}, disable_env_checker=True
+                env_id,
+                entry_point="agentrl_envs.integrations.gym:AgentEnv",
+                kwargs={"task": task_cls.name},
+                disable_env_checker=True,
             )
         try:
             env = gym.make(env_id, split=split, options=config)

@@ -50,6 +50,8 @@ def register_all() -> list[str]:
     for name in task_names():
         env_id = f"agentrl/{name}-v0"
         if env_id not in gym.registry:
-            gym.register(env_id, entry_point="agentrl_envs.integrations.gym:AgentEnv", kwargs={"task": name}, disable_env_checker=True)
+            gym.register(
+                env_id, entry_point="agentrl_envs.integrations.gym:AgentEnv", kwargs={"task": name}, disable_env_checker=True
+            )
         ids.append(env_id)
     return ids
