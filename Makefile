@@ -25,6 +25,7 @@ ENV_DIRS     := $(patsubst %/pyproject.toml,%,$(ENV_PROJECTS))
 .PHONY: install eval test lint bench check-db train-demo clean
 
 $(STAMP): pyproject.toml agentrl_trainer/pyproject.toml $(ENV_PROJECTS) Makefile
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make: the packages need Python 3.11+; $(PYTHON) is $$($(PYTHON) -V 2>&1): run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: 2.13.0 is the CPU build on this machine's disk; anything else pulls CUDA.
