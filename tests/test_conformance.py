@@ -22,7 +22,7 @@ def require_runnable(task: str) -> None:
     """The os task needs its sandbox (bubblewrap + rootfs): skip without it, fail under CI."""
     if task != "os":
         return
-    from agentrl_envs.sandbox.bwrap import missing_requirements
+    from agentrl_envs.sandbox.bwrap_host import missing_requirements
     from agentrl_envs.sandbox.rootfs import default_rootfs_path
 
     problem = missing_requirements(default_rootfs_path())

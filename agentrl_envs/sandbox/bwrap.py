@@ -14,7 +14,7 @@ Layout and isolation (the contract the security tests check):
 * **System calls.** Every process of a session runs under :mod:`.seccomp`'s filter (bubblewrap
   loads it into the shell, ``_enter.py`` into each command it runs), in both launch modes.
 * **Environment.** Nothing of the worker's: the processes that start and enter a sandbox get the
-  standard ``PATH`` alone (:func:`helper_env`), and the session's commands :func:`sandbox_env`.
+  standard ``PATH`` alone (:func:`.bwrap_host.helper_env`), and the session's commands :func:`sandbox_env`.
 * **Limits.** memory and pids through a cgroup per session (:mod:`.cgroups`) where cgroups are
   writable; else (a container) ``RLIMIT_NPROC`` per session and ``RLIMIT_DATA`` per process
   (``_launch.py``). A command past its timeout is interrupted (SIGINT to the shell's process
@@ -25,10 +25,10 @@ Layout and isolation (the contract the security tests check):
 * **Nothing left behind.** A session id is ``<worker pid>-<its start time>-<random>`` (see
   :mod:`.owner`); it names the session dir and its cgroups. When the worker is killed (SIGKILL
   included), ``--die-with-parent`` and the end of the sandbox's pid namespace kill every process
-  of its sessions; their dirs and (empty) cgroups stay. :func:`reap_stale_sessions` removes the
-  session dirs and cgroups whose worker is gone, killing any process still in them; it runs at
-  ``open`` and every ``reap_interval_s`` seconds while the backend is open, so a worker sweeps what
-  a dead one left, also when they use different ``base_dir`` s (cgroups are shared by all).
+  of its sessions; their dirs and (empty) cgroups stay. :func:`.bwrap_host.reap_stale_sessions`
+  removes the session dirs and cgroups whose worker is gone, killing any process still in them; it
+  runs at ``open`` and every ``reap_interval_s`` seconds while the backend is open, so a worker
+  sweeps what a dead one left, also when they use different ``base_dir`` s (cgroups are shared by all).
   Workers sharing a cgroup tree are taken to share a pid namespace (pids of another mean nothing).
 
 Two launch modes (``_launch.py``), the same sandbox inside:
@@ -41,7 +41,7 @@ Two launch modes (``_launch.py``), the same sandbox inside:
   range, ids 1..65536 are that range (``newuidmap``); the overlay is mounted there (``userxattr``),
   then bubblewrap runs as that root. The rootfs must be owned accordingly (root's files by the
   worker's uid: the image shifts them), ``base_dir`` must not be on overlayfs (a tmpfs), and user
-  namespaces and a fresh ``/proc`` must be allowed (:func:`userns_problem` checks at ``open``).
+  namespaces and a fresh ``/proc`` must be allowed (:func:`.bwrap_host.userns_problem` checks at ``open``).
 """
 
 from __future__ import annotations
@@ -54,15 +54,24 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxLimits
+from .bwrap_host import (
+    LAUNCH,
+    PATH,
+    has_full_root,
+    helper_env,
+    missing_requirements,
+    reap_stale_sessions,
+    remove_session_dir,
+    userns_problem,
+)
 from .cgroups import SessionCgroup, cgroup_parents
-from .owner import owner_token, process_alive
-from .rootfs import default_rootfs_path, is_complete
+from .owner import owner_token
+from .rootfs import default_rootfs_path
 from .seccomp import filter_fd, session_filter
 
 log = logging.getLogger(__name__)
@@ -73,26 +82,13 @@ CAPS = (
     "CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER CAP_FSETID CAP_KILL CAP_SETGID CAP_SETUID CAP_SETPCAP "
     "CAP_NET_BIND_SERVICE CAP_NET_RAW CAP_SYS_CHROOT CAP_AUDIT_WRITE CAP_SETFCAP"
 ).split()
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _READ = 65536
 #: Run as a file with the standard library only (see :meth:`BubblewrapSandbox.exec`).
 _ENTER = str(Path(__file__).with_name("_enter.py"))
-_LAUNCH = str(Path(__file__).with_name("_launch.py"))
 
 
 def sandbox_env(session_id: str) -> dict[str, str]:
     return {"PATH": PATH, "HOME": "/root", "TERM": "dumb", "LANG": "C.UTF-8", "USER": "root", MARKER_ENV: session_id}
-
-
-def helper_env() -> dict[str, str]:
-    """The whole environment of the processes that start or enter a sandbox (``_launch.py`` and
-    bwrap, ``_enter.py``): the host's ``PATH`` and nothing else. Bubblewrap's ``--clearenv`` cleans
-    only the command it runs; its own copy inside the sandbox (pid 1 of the session's pid
-    namespace) keeps the environment it was started with, which ``/proc/1/environ`` shows to the
-    session. Started from the worker's environment, that was the worker secret and any token or
-    API key the worker held (issue 38, finding 1). ``PATH`` is the standard one, not the worker's
-    (bubblewrap itself is started by its absolute path)."""
-    return {"PATH": PATH}
 
 
 class BubblewrapBackend(SandboxBackend):
@@ -181,121 +177,6 @@ class BubblewrapBackend(SandboxBackend):
         self._opened = False
 
 
-def has_full_root() -> bool:
-    """Root with every capability (``CapEff`` all set): what the ``root`` launch mode needs."""
-    if os.geteuid() != 0:
-        return False
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
-                eff = int(line.split()[1], 16)
-                return eff & (1 << 21) != 0  # CAP_SYS_ADMIN: mounts, namespaces, cgroups
-    except OSError:
-        pass
-    return False
-
-
-def missing_requirements(rootfs: Path, *, userns: bool = False) -> str | None:
-    """Why the bwrap backend cannot run here (a message saying how to fix it), or ``None``."""
-    if sys.platform != "linux":
-        return "the bubblewrap sandbox needs Linux"
-    if not userns and not has_full_root():
-        return "the bubblewrap sandbox's root mode needs root with CAP_SYS_ADMIN; use userns mode otherwise"
-    if shutil.which("bwrap") is None:
-        return "`bwrap` not found: apt-get install -y bubblewrap (or run .ci/os-sandbox.sh)"
-    if not is_complete(rootfs):
-        return f"no root filesystem at {rootfs}: build it with `python -m agentrl_envs.sandbox.rootfs` (.ci/os-sandbox.sh)"
-    return None
-
-
-def userns_problem(base_dir: Path) -> str | None:
-    """Why userns mode cannot run here, or ``None``: user namespaces with a fresh ``/proc``
-    (a probe), and session dirs that can hold an overlay's upper layer (not on overlayfs)."""
-    probe = subprocess.run([sys.executable, "-I", _LAUNCH, "probe"], capture_output=True, text=True, timeout=30, env=helper_env())
-    if probe.returncode != 0:
-        return (
-            f"{probe.stderr.strip() or 'the user-namespace probe failed'}. The unprivileged sandbox needs user "
-            "namespaces (a seccomp profile that allows unshare/mount/setns: in a container, "
-            "agentrl_envs/containers/seccomp-userns.json) and an unmasked /proc (docker run --security-opt "
-            "systempaths=unconfined); `agentrl-envs up --backend docker` sets both for the OS worker"
-        )
-    try:
-        fstype = _fs_type(base_dir)
-    except OSError as e:
-        return f"cannot inspect {base_dir}: {e}"
-    if fstype == "overlay":
-        return (
-            f"the sandbox dir {base_dir} is on overlayfs, which cannot hold an overlay's upper layer: put "
-            "AGENTRL_SANDBOX_DIR on a tmpfs or a volume (docker run --tmpfs /var/lib/agentrl-sandboxes:exec)"
-        )
-    return None
-
-
-def _fs_type(path: Path) -> str:
-    """The file system type of the mount ``path`` is on (longest matching mount point)."""
-    best, kind = "", ""
-    real = os.path.realpath(path)
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        fields = line.split()
-        mnt = fields[1].replace("\\040", " ")
-        if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
-            best, kind = mnt, fields[2]
-    return kind
-
-
-def session_owner_alive(session_id: str) -> bool | None:
-    """Whether the worker that made session ``session_id`` still runs; ``None`` if the id is not
-    a session id (``<pid>-<start time>-<random>``, or an older version's ``<pid>-<random>``)."""
-    parts = session_id.split("-")
-    if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
-        return process_alive(int(parts[0]), int(parts[1]) or None)
-    if len(parts) == 2 and parts[0].isdigit():
-        return process_alive(int(parts[0]))
-    return None
-
-
-def reap_stale_sessions(base_dir: Path, parents: list[Path], *, userns: bool = False) -> list[str]:
-    """Remove the session dirs and cgroups whose worker is gone, killing any process left in
-    them; return their session ids. A dir whose name is no session id is removed too (``base_dir``
-    holds only sessions); a cgroup whose name is none is left alone."""
-    reaped: set[str] = set()
-    for d in base_dir.glob("*"):
-        if session_owner_alive(d.name):
-            continue
-        SessionCgroup([p / d.name for p in parents if (p / d.name).is_dir()]).kill_and_remove()
-        _rmtree(d, userns=userns)
-        reaped.add(d.name)
-    for parent in parents:
-        for g in parent.iterdir() if parent.is_dir() else ():
-            if not g.is_dir() or g.name in reaped or session_owner_alive(g.name) is not False:
-                continue
-            SessionCgroup([p / g.name for p in parents if (p / g.name).is_dir()]).kill_and_remove()
-            reaped.add(g.name)
-    return sorted(reaped)
-
-
-def _rmtree(path: Path, *, userns: bool = False) -> None:
-    with contextlib.suppress(OSError):
-        os.rmdir(path / "merged")
-
-    def unlock(func: object, p: str, exc: object) -> None:
-        # Without CAP_DAC_OVERRIDE (userns mode) a dir the session made unreadable (overlay's own
-        # work/work is mode 000) must be opened up first; it is ours, so chmod works.
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-        with contextlib.suppress(OSError):
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                os.unlink(p)
-
-    shutil.rmtree(path, onerror=unlock)
-    if path.exists() and userns:
-        # Files scripts gave to other users (their ids are the worker's subordinate range).
-        subprocess.run([sys.executable, "-I", _LAUNCH, "rm", str(path)], capture_output=True, timeout=120, env=helper_env())
-
-
 class BubblewrapSandbox(Sandbox):
     """One session. ``shell`` talks to a long-lived ``bash -i`` over pipes (stderr merged)."""
 
@@ -370,7 +251,7 @@ class BubblewrapSandbox(Sandbox):
         data = self.limits.memory_mb * 2**20 if self.cgroup is None else 0
         mode = "userns" if backend.userns else "root"
         layers = [str(backend.rootfs), str(d / "upper"), str(d / "work"), str(d / "merged")]
-        return [sys.executable, "-I", _LAUNCH, mode, procs, str(nproc), str(data), *layers, "--", *bwrap]
+        return [sys.executable, "-I", LAUNCH, mode, procs, str(nproc), str(data), *layers, "--", *bwrap]
 
     async def _drain_now(self) -> str:
         if self.proc and self.proc.stdout:
@@ -543,7 +424,7 @@ class BubblewrapSandbox(Sandbox):
             for pid in _descendants(self.init_pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-        _rmtree(self.dir, userns=self.backend.userns)
+        remove_session_dir(self.dir, userns=self.backend.userns)
 
 
 def _read_all(fd: int) -> str:

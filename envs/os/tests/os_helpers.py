@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_envs.sandbox.bwrap import MARKER_ENV, has_full_root, missing_requirements
+from agentrl_envs.sandbox.bwrap import MARKER_ENV
+from agentrl_envs.sandbox.bwrap_host import has_full_root, missing_requirements
 from agentrl_envs.sandbox.rootfs import default_rootfs_path
 
 

@@ -19,7 +19,7 @@ import pytest
 from os_helpers import require_sandbox, sandbox_processes
 
 from agentrl_envs.sandbox.base import SandboxLimits
-from agentrl_envs.sandbox.bwrap import reap_stale_sessions
+from agentrl_envs.sandbox.bwrap_host import reap_stale_sessions
 from agentrl_envs.sandbox.cgroups import SessionCgroup, cgroup_parents
 from agentrl_envs.stack import ManagedProcess, free_port, worker_args
 
