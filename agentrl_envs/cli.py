@@ -41,7 +41,7 @@ from .errors import AgentRLEnvsError
 
 
 def _uvicorn_run(app: Any, host: str, port: int, log_level: str, *, reserve_fds: int = 512, a: Any = None) -> None:
-    from .httpapi import run_server
+    from .transport.serve import run_server
 
     tls = {"ssl_certfile": a.ssl_certfile, "ssl_keyfile": a.ssl_keyfile} if a is not None else {}
     run_server(app, host, port, log_level, reserve_fds=reserve_fds, **tls)

@@ -130,7 +130,8 @@ class ServerThread:
 
         self.port = port or free_port()
         self.url = f"{'https' if ssl_certfile else 'http'}://127.0.0.1:{self.port}"
-        from .httpapi import FastRoutes, http_protocol
+        from .transport.http11 import http_protocol
+        from .transport.routes import FastRoutes
 
         routes = app if isinstance(app, FastRoutes) else None
         config = uvicorn.Config(

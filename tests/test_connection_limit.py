@@ -57,7 +57,7 @@ def test_connections_past_the_fd_budget_get_503_overloaded_not_a_hang(tmp_path: 
 
 
 def test_the_soft_fd_limit_is_raised_to_the_hard_one():
-    from agentrl_envs.httpapi import raise_fd_limit
+    from agentrl_envs.transport.serve import raise_fd_limit
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:

@@ -16,9 +16,11 @@ import uvicorn
 from stack_helpers import wait_for
 
 from agentrl_envs.errors import SessionBusyError
-from agentrl_envs.httpapi import FastRoutes, WithHeaders, http_protocol, service_app
 from agentrl_envs.stack import free_port
+from agentrl_envs.transport.answers import WithHeaders
+from agentrl_envs.transport.http11 import http_protocol
 from agentrl_envs.transport.mux import MuxClient
+from agentrl_envs.transport.routes import FastRoutes, service_app
 
 
 class _Service:

@@ -5,9 +5,9 @@ state (sessions by state, worker liveness, upstream connections) are read from t
 :class:`~agentrl_envs.controller.service.ControllerService` at scrape time by :class:`_StateCollector`,
 so they cost the interact hot path nothing. The two updated on every step (the interact counter
 and the latency histogram) are plain integers read at scrape time (:class:`_Counters`,
-:class:`_Histograms`): prometheus_client's ``inc`` and ``observe`` take a lock per value and
-cost ~1.6 µs a step (measured), these ~0.3; the controller updates and serves them from its one
-event-loop thread. Steps per second: ``rate(agentrl_interacts_total[1m])``.
+:class:`_Histograms`): prometheus_client's ``inc`` and ``observe`` take a lock per value, several
+times the cost of these (docs/performance.md); the controller updates and serves them from its
+one event-loop thread. Steps per second: ``rate(agentrl_interacts_total[1m])``.
 """
 
 from __future__ import annotations
@@ -15,13 +15,24 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-if TYPE_CHECKING:
-    from .service import ControllerService
+
+class Observed(Protocol):
+    """What the state gauges read at scrape time (the :class:`~.service.ControllerService` has it;
+    named here, not imported, so that the service can import this module)."""
+
+    sessions: dict[int, Any]
+    workers: dict[str, Any]
+    _http: Any  # the upstream pool, None before start-up
+
+    def alive(self, w: Any, now: float | None = None) -> bool: ...
+
+    def recently_dead(self, now: float) -> list[tuple[str, str]]: ...
+
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 240)
 
@@ -47,7 +58,7 @@ class ControllerMetrics:
         self.latency = _Histograms("agentrl_request_seconds", "Controller request latency", ["endpoint", "task"], r)
         self._state: _StateCollector | None = None
 
-    def bind(self, service: ControllerService) -> None:
+    def bind(self, service: Observed) -> None:
         """Report ``service``'s sessions, workers and upstream connections at scrape time."""
         if self._state is None:
             self._state = _StateCollector(service)
@@ -128,7 +139,7 @@ class _Histograms(_Labelled):
 class _StateCollector:
     """Gauges read from the service when /metrics is scraped."""
 
-    def __init__(self, service: ControllerService) -> None:
+    def __init__(self, service: Observed) -> None:
         self.service = service
 
     def describe(self) -> list[Metric]:

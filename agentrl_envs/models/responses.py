@@ -26,7 +26,19 @@ from typing import Any
 
 from ..chat.engine import ChatGeneration
 from ..chat.errors import BadModelRequestError
-from ..protocol.openai import FunctionCall, FunctionDefinition, Message, ResponsesRequest, ToolCall, ToolDefinition
+from ..protocol.openai import (
+    FunctionCall,
+    FunctionDefinition,
+    Message,
+    OutputFunctionCall,
+    OutputMessage,
+    OutputText,
+    ResponseObject,
+    ResponsesRequest,
+    ResponseUsage,
+    ToolCall,
+    ToolDefinition,
+)
 
 __all__ = ["to_chat", "to_response", "truncate"]
 
@@ -174,60 +186,46 @@ async def truncate(
             del messages[keep]
 
 
-def to_response(req: ResponsesRequest, generation: ChatGeneration, model: str) -> dict[str, Any]:
+def to_response(req: ResponsesRequest, generation: ChatGeneration, model: str) -> ResponseObject:
     """The ``response`` object of one generation."""
     message, finish, usage = generation
-    output: list[dict[str, Any]] = []
+    incomplete = finish == "length"
+    output: list[OutputMessage | OutputFunctionCall] = []
     if message.content:
         output.append(
-            {
-                "type": "message",
-                "id": "msg_" + uuid.uuid4().hex,
-                "status": "completed" if finish != "length" else "incomplete",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": message.content, "annotations": [], "logprobs": []}],
-            }
+            OutputMessage(
+                id="msg_" + uuid.uuid4().hex,
+                status="incomplete" if incomplete else "completed",
+                content=[OutputText(text=message.content)],
+            )
         )
     for call in message.tool_calls or []:
+        arguments = call.function.arguments
         output.append(
-            {
-                "type": "function_call",
-                "id": "fc_" + uuid.uuid4().hex,
-                "call_id": call.id,
-                "name": call.function.name,
-                "arguments": call.function.arguments
-                if isinstance(call.function.arguments, str)
-                else json.dumps(call.function.arguments),
-                "status": "completed",
-            }
+            OutputFunctionCall(
+                id="fc_" + uuid.uuid4().hex,
+                call_id=call.id,
+                name=call.function.name,
+                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments),
+            )
         )
-    incomplete = finish == "length"
-    return {
-        "id": "resp_" + uuid.uuid4().hex,
-        "object": "response",
-        "created_at": int(time.time()),
-        "status": "incomplete" if incomplete else "completed",
-        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "error": None,
-        "model": model,
-        "instructions": req.instructions,
-        "output": output,
-        "parallel_tool_calls": req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
-        "tool_choice": req.tool_choice if req.tool_choice is not None else "auto",
-        "tools": req.tools or [],
-        "temperature": req.temperature if req.temperature is not None else 1.0,
-        "top_p": req.top_p if req.top_p is not None else 1.0,
-        "max_output_tokens": req.max_output_tokens,
-        "truncation": req.truncation or "disabled",
-        "text": {"format": {"type": "text"}},
-        "reasoning": None,
-        "store": False,
-        "metadata": req.metadata or {},
-        "usage": {
-            "input_tokens": usage.prompt_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": usage.completion_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": usage.total_tokens,
-        },
-    }
+    return ResponseObject(
+        id="resp_" + uuid.uuid4().hex,
+        created_at=int(time.time()),
+        status="incomplete" if incomplete else "completed",
+        incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
+        model=model,
+        instructions=req.instructions,
+        output=output,
+        parallel_tool_calls=req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
+        tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
+        tools=req.tools or [],
+        temperature=req.temperature if req.temperature is not None else 1.0,
+        top_p=req.top_p if req.top_p is not None else 1.0,
+        max_output_tokens=req.max_output_tokens,
+        truncation=req.truncation or "disabled",
+        metadata=req.metadata or {},
+        usage=ResponseUsage(
+            input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens, total_tokens=usage.total_tokens
+        ),
+    )

@@ -17,7 +17,7 @@ Routes:
 
 What is not supported is refused with HTTP 400 and says so (``logprobs``, ``stop``,
 ``response_format`` other than text, ``previous_response_id``, streaming responses...). Every
-error leaves as ``{"detail", "error", "data"}`` (see :mod:`agentrl_envs.httpapi`).
+error leaves as ``{"detail", "error", "data"}`` (see :mod:`agentrl_envs.transport.answers`).
 
 Defaults follow OpenAI's: ``temperature`` 1.0, ``top_p`` 1.0. The request's ``model`` field is not
 checked (every name is served by the one loaded model, whose name the response carries). The
@@ -42,8 +42,26 @@ from fastapi.responses import Response, StreamingResponse
 
 from ..chat.engine import ChatGeneration
 from ..chat.errors import BadModelRequestError
-from ..httpapi import install_error_handlers, json_response
-from ..protocol.openai import ChatCompletionRequest, Message, ResponsesRequest, ToolDefinition
+from ..protocol.openai import (
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatCompletionMessage,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChoiceDelta,
+    ChunkChoice,
+    Message,
+    ModelCard,
+    ModelList,
+    ResponsesRequest,
+    StreamError,
+    StreamErrorDetail,
+    ToolCallDelta,
+    ToolDefinition,
+    Usage,
+)
+from ..transport.answers import json_response
+from ..transport.routes import install_error_handlers
 from . import responses
 from .launch import add_server_arguments, serve_from_args
 from .service import StreamDelta
@@ -124,8 +142,7 @@ def create_app(backend: ChatBackend, *, served_model_name: str | None = None) ->
 
     @app.get("/v1/models")
     async def models() -> Response:
-        card = {"id": model_name, "object": "model", "created": created, "owned_by": "agentrl-envs"}
-        return json_response({"object": "list", "data": [card]})
+        return json_response(ModelList(data=[ModelCard(id=model_name, created=created)]).model_dump(mode="json"))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest) -> Response:
@@ -150,27 +167,21 @@ def create_app(backend: ChatBackend, *, served_model_name: str | None = None) ->
                 headers={"Cache-Control": "no-cache"},
             )
         generations = await backend.complete(req.messages, tools, **kwargs)
-        choices = []
-        for i, g in enumerate(generations):
-            message = g.message.model_dump(mode="json", exclude_none=True)
-            message.setdefault("content", None)  # OpenAI always sends the key
-            message["refusal"] = None
-            choices.append({"index": i, "message": message, "finish_reason": g.finish_reason, "logprobs": None})
-        prompt_tokens = generations[0].usage.prompt_tokens
+        prompt_tokens = generations[0].usage.prompt_tokens  # the prompt once, every completion
         completion_tokens = sum(g.usage.completion_tokens for g in generations)
-        body = {
-            "id": completion_id,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-        return json_response(body)
+        body = ChatCompletionResponse(
+            id=completion_id,
+            created=int(time.time()),
+            model=model_name,
+            choices=[
+                ChatCompletionChoice(index=i, message=ChatCompletionMessage.of(g.message), finish_reason=g.finish_reason)
+                for i, g in enumerate(generations)
+            ],
+            usage=Usage(
+                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+            ),
+        )
+        return json_response(body.model_dump(mode="json"))
 
     @app.post("/v1/responses")
     async def create_response(req: ResponsesRequest) -> Response:
@@ -186,7 +197,7 @@ def create_app(backend: ChatBackend, *, served_model_name: str | None = None) ->
             top_p=1.0 if req.top_p is None else req.top_p,
             tool_choice=tool_choice,
         )
-        return json_response(responses.to_response(req, generation, model_name))
+        return json_response(responses.to_response(req, generation, model_name).model_dump(mode="json"))
 
     return app
 
@@ -195,13 +206,16 @@ async def _chat_chunks(
     first: StreamDelta, deltas: AsyncIterator[StreamDelta], completion_id: str, model: str, n: int, include_usage: bool
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
-    base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
 
-    def chunk(index: int, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        return _sse({**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]})
+    def event(choices: list[ChunkChoice], usage: Usage | None = None) -> bytes:
+        chunk = ChatCompletionChunk(id=completion_id, created=created, model=model, choices=choices, usage=usage)
+        return _sse(chunk.model_dump(mode="json"))
+
+    def chunk(index: int, delta: ChoiceDelta, finish_reason: str | None = None) -> bytes:
+        return event([ChunkChoice(index=index, delta=delta, finish_reason=finish_reason)])
 
     for i in range(n):  # OpenAI opens every choice with its role
-        yield chunk(i, {"role": "assistant", "content": ""})
+        yield chunk(i, ChoiceDelta(role="assistant", content=""))
     calls_sent = [0] * n
 
     async def rest() -> AsyncIterator[StreamDelta]:
@@ -213,27 +227,25 @@ async def _chat_chunks(
         async for d in rest():
             if d.usage is not None:
                 if include_usage:
-                    yield _sse({**base, "choices": [], "usage": d.usage.model_dump()})
+                    yield event([], d.usage)
             elif d.content:
-                yield chunk(d.index, {"content": d.content})
+                yield chunk(d.index, ChoiceDelta(content=d.content))
             elif d.tool_calls:
                 for call in d.tool_calls:
                     k = calls_sent[d.index]
                     calls_sent[d.index] += 1
-                    head = {
-                        "index": k,
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.function.name, "arguments": ""},
-                    }
-                    yield chunk(d.index, {"tool_calls": [head]})
-                    yield chunk(d.index, {"tool_calls": [{"index": k, "function": {"arguments": call.function.arguments}}]})
+                    head = ToolCallDelta(
+                        index=k, id=call.id, type="function", function={"name": call.function.name, "arguments": ""}
+                    )
+                    yield chunk(d.index, ChoiceDelta(tool_calls=[head]))
+                    args = ToolCallDelta(index=k, function={"arguments": call.function.arguments})
+                    yield chunk(d.index, ChoiceDelta(tool_calls=[args]))
             elif d.finish_reason is not None:
-                yield chunk(d.index, {}, d.finish_reason)
+                yield chunk(d.index, ChoiceDelta(), d.finish_reason)
     except Exception as e:  # headers are gone: the error travels as an event, as OpenAI does
         log.exception("streaming failed")
         code = getattr(e, "code", "internal_error")
-        yield _sse({"error": {"message": str(e), "type": code, "code": code}})
+        yield _sse(StreamError(error=StreamErrorDetail(message=str(e), type=code, code=code)).model_dump(mode="json"))
     yield b"data: [DONE]\n\n"
 
 

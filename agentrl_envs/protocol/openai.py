@@ -166,7 +166,7 @@ class ChatCompletionMessage(_Open):
     ``reasoning_content``)."""
 
     role: Literal["assistant"] = "assistant"
-    content: str | None = None
+    content: str | list[dict[str, Any]] | None = None
     refusal: str | None = None
     tool_calls: list[ToolCall] | None = None
 

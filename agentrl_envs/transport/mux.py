@@ -2,12 +2,12 @@
 
 Why: with AgentRL's wire (one HTTP/1.1 request per connection at a time) every step costs the
 controller and the worker a read and a write system call each, one event-loop wake-up per
-request, and an HTTP parse on both sides; benchmarks/session_scale.py put that hop at about half
-of the two processes' CPU per step. Here the controller keeps one connection per worker, writes
-every request of an event-loop turn in one ``write`` and the worker answers likewise, so under
-load many steps share each system call. No well-kept Python library does this cheaply: a
-message on HTTP/2 (h2) or WebSocket (websockets) costs more Python per frame than the whole frame
-handling below (see ``benchmarks/results/session_scale*.json`` for the hop as measured).
+request, and an HTTP parse on both sides: a large share of the two processes' CPU per step.
+Here the controller keeps one connection per worker, writes every request of an event-loop turn
+in one ``write`` and the worker answers likewise, so under load many steps share each system
+call. No well-kept Python library does this cheaply: a message on HTTP/2 (h2) or WebSocket
+(websockets) costs more Python per frame than the whole frame handling below. The hop as
+measured, with and without this transport: docs/performance.md.
 
 It rides on AgentRL's wire rather than beside it: the controller asks for it with an HTTP
 ``Upgrade`` on the worker's own port (``GET {prefix}/mux``, ``Upgrade: agentrl-mux``); our worker
@@ -28,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import httptools
+
+from .answers import Answer, FastHandler, dispatch
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +45,6 @@ MAX_FRAME = 64 << 20
 
 # What MuxClient.call hands a request's answer: (status, body), or the exception instead of one.
 Reply = Callable[[Any], None]
-
-# A route handler as the fast HTTP routes have it: request body in, (status, JSON payload) out.
-MuxHandler = Callable[[bytes], Awaitable[tuple[int, bytes]]]
 
 
 def tls_options(ssl_context: Any, host: str) -> dict[str, Any]:
@@ -67,8 +66,8 @@ class _Framed(asyncio.Protocol):
     _paths_in = True  # the frames this end reads carry a path (requests), else a status (answers)
 
     def __init__(self) -> None:
-        # Cached: asyncio.get_running_loop() makes a getpid() system call each time, measured at
-        # ~6% of the controller's CPU per step when called per request.
+        # Cached: asyncio.get_running_loop() makes a getpid() system call each time, a visible
+        # share of the controller's CPU per step when called per request (docs/performance.md).
         self.loop = asyncio.get_running_loop()
         self._buf = b""
         self._out: list[bytes] = []
@@ -118,17 +117,25 @@ class _Framed(asyncio.Protocol):
 
 
 class MuxServer(_Framed):
-    """The worker's end, swapped in for the HTTP protocol after the ``101``.
+    """The worker's end, swapped in for the HTTP protocol after the ``101``: each request frame is
+    dispatched to its hot route as an HTTP request would be (:func:`~.answers.dispatch`), with
+    ``headers`` (the upgrading client's principal, read-only) for every request.
 
     It joins the server's ``connections`` so that a graceful shutdown reaches it: requests in
     flight are answered, then the connection closes (the client sees it closed and stops sending).
     """
 
     def __init__(
-        self, routes: dict[bytes, MuxHandler], transport: asyncio.Transport, tasks: set[Any], connections: set[Any]
+        self,
+        routes: dict[bytes, tuple[FastHandler, str]],
+        headers: dict[bytes, Any],
+        transport: asyncio.Transport,
+        tasks: set[Any],
+        connections: set[Any],
     ) -> None:
         super().__init__()
-        self.routes = routes
+        self.routes = routes  # name under the prefix -> (handler, its path)
+        self.headers = headers
         self.transport = transport
         self.tasks = tasks  # the server's: shutdown waits for them
         self.connections = connections
@@ -144,25 +151,21 @@ class MuxServer(_Framed):
             self.close()
             return
         for rid, _, path, body in frames:
-            handler = self.routes.get(path)
-            if handler is None or self.closing:
-                self._send(HEAD.pack(0, rid, 404 if handler is None else 503))
+            route = self.routes.get(path)
+            if route is None or self.closing:
+                self._send(HEAD.pack(0, rid, 404 if route is None else 503))
                 continue
             self.running += 1
-            task = self.loop.create_task(self._answer(handler, rid, body))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            dispatch(route[0], self.headers, body, route[1], partial(self._answer, rid), self.loop, self.tasks)
 
-    async def _answer(self, handler: MuxHandler, rid: int, body: bytes) -> None:
-        try:
-            status, payload = await handler(body)
-            if not self.closed:
-                self._send(HEAD.pack(len(payload), rid, status) + payload)
-        finally:
-            self.running -= 1
-            if self.closing and not self.running:
-                self._flush()
-                self.close()
+    def _answer(self, rid: int, answer: Answer) -> None:
+        status, _, payload = answer
+        if not self.closed:
+            self._send(HEAD.pack(len(payload), rid, status) + payload)
+        self.running -= 1
+        if self.closing and not self.running:
+            self._flush()
+            self.close()
 
     def shutdown(self) -> None:
         """The server is stopping: close once every request in flight is answered."""
@@ -184,10 +187,10 @@ class MuxClient(_Framed):
     no event-loop turn between the answer's arrival and its handling: the controller's step).
 
     Timeouts: one timer per connection, at the earliest deadline, not one per request (a timer
-    set and cancelled per request cost 2.3 µs of the controller's ~60 µs per step, measured with
-    uvloop; with 10,000 requests in flight it is also a heap of 10,000). When it fires it fails
-    what is due and moves to the next deadline: with one timeout for every request, about once
-    per timeout.
+    set and cancelled per request is a measurable part of the controller's step,
+    docs/performance.md; with 10,000 requests in flight it is also a heap of 10,000). When it
+    fires it fails what is due and moves to the next deadline: with one timeout for every
+    request, about once per timeout.
 
     Opened with :meth:`open`; until the handshake's answer arrives it reads HTTP, then frames.
     """

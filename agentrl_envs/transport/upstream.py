@@ -1,15 +1,15 @@
 """The controller → worker hop: a lean keep-alive HTTP/1.1 client (JSON POSTs only), and the
-multiplexed transport (:mod:`agentrl_envs.mux`) for the routes a worker serves that way.
+multiplexed transport (:mod:`.mux`) for the routes a worker serves that way.
 
 A worker is first asked for the multiplexed transport (one connection carrying every request in
 flight; see that module for why and what it saved); when it answers anything but ``101`` (AgentRL's
 own worker) it is spoken to over HTTP/1.1 only, as are the routes it does not multiplex.
 
 Why not aiohttp or httpx: on this hop the client is most of the controller's cost per step, and
-aiohttp spends three to four times the CPU per request of this client (measured: ~150 µs vs 37-46 µs on
-the benchmark machine); a Rust client (pyreqwest) halved it too but aborts the interpreter at
-exit now and then. Parsing is httptools' (the parser uvicorn uses); this module only keeps a pool
-of idle connections per worker, writes requests and matches each response to its request.
+aiohttp spends several times the CPU per request of this client (docs/performance.md); a Rust
+client (pyreqwest) halved it too but aborts the interpreter at exit now and then. Parsing is
+httptools' (the parser uvicorn uses); this module only keeps a pool of idle connections per
+worker, writes requests and matches each response to its request.
 
 Contract: ``await pool.post(address, path, body, timeout) -> (status, body_bytes)``; raises
 :class:`UpstreamError` when the worker cannot be reached, closes the connection mid-request,

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ..httpapi import FastRoutes, WithHeaders, json_response, parse_body, service_app
 from ..protocol.agentrl import (
     EnvOutput,
     WorkerCancelRequest,
@@ -20,24 +19,20 @@ from ..protocol.agentrl import (
     WorkerStatus,
     is_renewal,
 )
+from ..transport.answers import WithHeaders, json_response, parse_body
 from ..transport.auth import WORKER, Authenticator
+from ..transport.routes import FastRoutes, service_app
 from .service import WorkerService
 
 
 def create_worker_app(service: WorkerService, *, auth: Authenticator | None = None) -> FastRoutes:
-    """The worker's app; ``auth``: :func:`~agentrl_envs.auth.worker_authenticator` of its secret."""
+    """The worker's app; ``auth``: :func:`~agentrl_envs.transport.auth.worker_authenticator` of its secret."""
     app = service_app(f"agentrl-envs worker: {service.name}", service)
 
     async def fast_start_sample(_: dict[bytes, bytes], body: bytes) -> WithHeaders:
         req = parse_body(WorkerStartSampleRequest, body)
         out = await service.start_sample(req.session_id, req.index, req.custom_task)
         return WithHeaders(out.wire(tools=True), {"session_id": str(req.session_id)})
-
-    @app.post("/api/start_sample", response_model=EnvOutput)
-    async def start_sample(request: Request) -> Response:
-        # Served by the FastRoutes front below; this route documents it in the OpenAPI schema.
-        r = await fast_start_sample({}, await request.body())
-        return json_response(r.body, headers=r.headers)
 
     async def fast_interact(_: dict[bytes, bytes], body: bytes) -> dict[str, Any]:
         req = parse_body(WorkerInteractRequest, body)
@@ -49,11 +44,6 @@ def create_worker_app(service: WorkerService, *, auth: Authenticator | None = No
             # agentrl-eval's client rejects a running answer whose `messages` are empty.
             env_out["messages"] = messages
         return {"session_id": req.session_id, "env_out": env_out}
-
-    @app.post("/api/interact", response_model=WorkerInteractResponse)
-    async def interact(request: Request) -> Response:
-        # Served by the FastRoutes front below; this route documents it in the OpenAPI schema.
-        return json_response(await fast_interact({}, await request.body()))
 
     @app.post("/api/cancel")
     async def cancel(request: Request) -> Response:
@@ -97,4 +87,20 @@ def create_worker_app(service: WorkerService, *, auth: Authenticator | None = No
         {("POST", "/api/interact"): fast_interact, ("POST", "/api/start_sample"): fast_start_sample},
         auth=auth,
         default_role=WORKER,
+        docs=_hot_route_docs(),
     )
+
+
+def _hot_route_docs() -> APIRouter:
+    """The hot routes as OpenAPI documents them (served by the transport, never by FastAPI)."""
+    docs = APIRouter()
+
+    @docs.post("/api/start_sample", response_model=EnvOutput)
+    def start_sample(body: WorkerStartSampleRequest) -> None:
+        """Start session ``session_id`` on sample ``index``: its first messages and its tools."""
+
+    @docs.post("/api/interact", response_model=WorkerInteractResponse)
+    def interact(body: WorkerInteractRequest) -> None:
+        """One step of a session: the task's answer to the assistant's messages."""
+
+    return docs

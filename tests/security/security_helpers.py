@@ -22,9 +22,9 @@ from tasks_for_tests import Calc
 
 from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.episode import TaskRuntime
-from agentrl_envs.httpapi import HttpLimits
 from agentrl_envs.stack import ServerThread, free_port
 from agentrl_envs.transport.auth import controller_authenticator, worker_authenticator
+from agentrl_envs.transport.http11 import HttpLimits
 from agentrl_envs.worker import WorkerService, create_worker_app
 
 ADMIN = "admin-token-0123456789"
