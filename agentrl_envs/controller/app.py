@@ -127,7 +127,8 @@ class _HotRoutes:
         for m in messages:
             if type(m) is not dict:
                 raise InvalidRequestError('request body must be {"messages": [assistant message, ...]}')
-        return self.service.begin_interact(sid, messages, owner=_owner(headers.get(PRINCIPAL)))
+        principal = headers.get(PRINCIPAL)
+        return self.service.begin_interact(sid, messages, owner=None if principal is ANONYMOUS else principal)
 
 
 def create_controller_app(service: ControllerService | None = None, *, auth: Authenticator | None = None) -> FastRoutes:

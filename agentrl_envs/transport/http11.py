@@ -129,6 +129,7 @@ class AgentHttpProtocol(HttpToolsProtocol):
     _hot: FastHandler | None = None  # the hot route of the request being read
     _hot_path = ""
     _hot_busy = False  # an answer is owed on this connection
+    _keep_alive = True  # whether its request lets the connection go on
     _refused = False
     _shutting_down = False
     _head_bytes = 0
@@ -260,16 +261,17 @@ class AgentHttpProtocol(HttpToolsProtocol):
         path = httptools.parse_url(self.url).path.decode("ascii")
         path = unquote(path) if "%" in path else path
         upgrade = self.parser.should_upgrade()
+        hit = self._hot_routes.get((method, path))
         front = self._front
         # The app's one check, before the body is read: every request but an upgrade to another
         # protocol (a websocket's goes to the app as its own scope type).
         checked = front is not None and (not upgrade or self._get_upgrade() == mux.UPGRADE_TOKEN)
         if checked:
+            role = hit[1] if hit is not None else front.role_of(path)  # type: ignore[union-attr]
             try:
-                self._principal = front.authorize(self._authz, front.role_of(path))  # type: ignore[union-attr]
+                self._principal = front.authorize(self._authz, role)  # type: ignore[union-attr]
             except AgentRLEnvsError as e:
                 raise _Reject(e) from None
-        hit = self._hot_routes.get((method, path))
         if hit is not None and not upgrade:
             if self._hot_busy:
                 raise _Reject(RequestRejectedError("HTTP pipelining is not supported here: wait for each answer"))
@@ -303,17 +305,17 @@ class AgentHttpProtocol(HttpToolsProtocol):
         self._hot_busy = True  # no pause_reading: a request before the answer is refused anyway
         headers = dict(self.headers)
         headers[PRINCIPAL] = self._principal
-        done = partial(self._respond, self.parser.should_keep_alive())
-        dispatch(handler, headers, b"".join(self._hot_body), self._hot_path, done, self.loop, self.tasks)
+        self._keep_alive = self.parser.should_keep_alive()  # one hot request at a time: kept here
+        dispatch(handler, headers, b"".join(self._hot_body), self._hot_path, self._respond, self.loop, self.tasks)
 
-    def _respond(self, keep_alive: bool, answer: Answer) -> None:
+    def _respond(self, answer: Answer) -> None:
         status, headers_out, payload = answer
         head = _OK_HEAD if status == 200 else _status_line(status) + b"content-type: application/json\r\ncontent-length: "
         extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in headers_out.items()) if headers_out else b""
         self._hot_busy = False
         if self.transport.is_closing():
             return
-        keep_alive = keep_alive and not self._shutting_down
+        keep_alive = self._keep_alive and not self._shutting_down
         close = b"" if keep_alive else b"connection: close\r\n"
         self.transport.write(b"%s%d\r\n%s%s\r\n%s" % (head, len(payload), extra, close, payload))
         if keep_alive:
