@@ -179,6 +179,21 @@ def tasks_without_live_worker(http: httpx.Client, controller_url: str, tasks: li
     return {t for t in tasks if not any(w["alive"] for w in workers.get(t, []))}
 
 
+def serve_until_stopped(stack: Any, stop: threading.Event, poll_s: float) -> int:
+    """Hold ``stack`` (a local or container stack: its ``failure()``) until ``stop`` is set or
+    Ctrl-C, or until it no longer serves (then say why on stderr); the exit status for ``up``."""
+    try:
+        while not stop.wait(poll_s):
+            failure = stack.failure()
+            if failure:
+                print(f"stopping: {failure}", file=sys.stderr, flush=True)
+                return 1
+    except KeyboardInterrupt:
+        pass
+    print("stopping...", flush=True)
+    return 0
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "agentrl_envs.cli", *args]
 

@@ -34,7 +34,7 @@ def test_describe_shows_a_tasks_splits_tools_and_the_options_it_accepts(capsys):
     backend = next(o for o in info["options"] if o["name"] == "backend")
     assert backend["default"] == "sqlite" and backend["env"] == "AGENTRL_DB_BACKEND" and not backend["required"]
     # every option listed is one --option accepts, and no other
-    from agentrl_envs.cli import task_options
+    from agentrl_envs.task_info import task_options
 
     names = {o["name"] for o in info["options"]}
     assert task_options("db", [f"{n}=x" for n in names]).keys() == names

@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from ..errors import InfrastructureError
-from ..stack import free_port, tasks_without_live_worker, worker_args
+from ..stack import free_port, serve_until_stopped, tasks_without_live_worker, worker_args
 from ..supervisor import RestartPolicy, describe_exit
 from ..transport.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, bearer
 from .engine import (
@@ -312,13 +312,4 @@ def cmd_up_docker(
         if announce is not None:
             announce(stack.port)
         print(f"label: {STACK_LABEL}={stack.id}   press Ctrl-C to stop (a worker that exits is restarted)", flush=True)
-        try:
-            while not stop.wait(2.0):
-                failure = stack.failure()
-                if failure:
-                    print(f"stopping: {failure}", file=sys.stderr, flush=True)
-                    return 1
-        except KeyboardInterrupt:
-            pass
-        print("stopping...", flush=True)
-    return 0
+        return serve_until_stopped(stack, stop, 2.0)

@@ -36,7 +36,7 @@ def add_arguments(sp: argparse.ArgumentParser, data_args: Callable[[argparse.Arg
 
 def command(a: argparse.Namespace) -> int:
     """Run ``agentrl-envs openenv serve``."""
-    from ...cli import task_options
+    from ...task_info import task_options
     from ...errors import AgentRLEnvsError
     from ...transport.auth import is_loopback
 
