@@ -11,6 +11,7 @@ import time
 
 import httpx
 import pytest
+from ci_helpers import require
 from prometheus_client.parser import text_string_to_metric_families
 from stack_helpers import wait_for
 from tasks_for_tests import Calc, call
@@ -162,7 +163,7 @@ async def test_the_agent_loop_sends_an_empty_reply_as_content_null_so_it_counts_
 
 
 async def test_agentrl_eval_controller_client_renew_works_against_our_stack(make_stack):
-    agentrl_controller = pytest.importorskip("agentrl.eval.session.controller", reason="agentrl-eval is not installed")
+    agentrl_controller = require("agentrl.eval.session.controller", "agentrl-eval")
     stack = make_stack(idle_timeout=1.0)
     stack.add_worker(EchoTask, idle_timeout=1.0)
     client = agentrl_controller.ControllerClient(f"{stack.url}/api/", proxy_url=None)

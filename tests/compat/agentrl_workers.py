@@ -1,10 +1,8 @@
-"""Helpers of the compat tests: AgentRL's own packages present (or the reason why not), and a task
-script of this folder run as an AgentRL worker process registered with a controller."""
+"""Helpers of the compat tests: a task script of this folder run as an AgentRL worker process
+registered with a controller (whether AgentRL's packages are installed: ``ci_helpers.require``)."""
 
 from __future__ import annotations
 
-import importlib
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,22 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 from stack_helpers import wait_for
 
 HERE = Path(__file__).resolve().parent
-
-
-def require(module: str, what: str = "agentrl-worker") -> None:
-    """Skip the calling test module when ``module`` cannot be imported; under ``CI=true`` fail
-    instead (``make test`` installs AgentRL's packages, so a missing one is a broken install)."""
-    try:
-        importlib.import_module(module)
-    except ImportError as e:
-        why = f"{what} is not installed (make test installs it): {e}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(why, pytrace=False)
-        pytest.skip(why, allow_module_level=True)
 
 
 @contextmanager

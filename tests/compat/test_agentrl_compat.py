@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from agentrl_workers import require
+from ci_helpers import require
 from stack_helpers import wait_for
 
 from agentrl_envs.client import AsyncControllerClient

@@ -26,11 +26,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from ci_helpers import require
 
 pytestmark = [pytest.mark.compat, pytest.mark.model, pytest.mark.slow]
-pytest.importorskip("agentrl.eval.cli.settings", reason="agentrl-eval or its deps are missing (make test installs them)")
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+require("agentrl.eval.cli.settings", "agentrl-eval or one of its dependencies")
+require("torch", "the [local] extra (torch)")
+require("transformers", "the [local] extra (transformers)")
 
 from agentrl_envs.models.launch import LocalModelServer  # noqa: E402
 from agentrl_envs.stack import LocalStack  # noqa: E402

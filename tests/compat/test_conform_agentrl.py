@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agentrl_workers import agentrl_worker, require
+from agentrl_workers import agentrl_worker
+from ci_helpers import require
 
 from agentrl_envs.conform import CHECKS, WireOptions, run_conformance
 from agentrl_envs.controller import ControllerService, create_controller_app

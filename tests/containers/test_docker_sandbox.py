@@ -55,10 +55,11 @@ async def test_timeouts_interrupt_the_command_and_keep_the_shell(backend):
     async with await backend.create() as sb:
         await sb.shell("Y=kept")
         for script in ("while true; do :; done", "sleep 100"):
-            t0 = time.monotonic()
             r = await sb.shell(script, timeout=1)
-            assert r.timed_out and r.exit_code is None and time.monotonic() - t0 < 5
+            assert r.timed_out and r.exit_code is None
+            # The same shell answers next (the loop ran in it), and no sleep is left running.
             assert (await sb.shell("echo $Y")).output == "kept\n"
+            assert (await sb.shell("ps -eo args | grep -c '^sleep 100'")).output == "0\n"
         r = await sb.exec("sleep 100", timeout=1)
         assert r.timed_out
 
@@ -128,14 +129,16 @@ async def test_close_removes_the_container_and_a_dead_shell_raises(backend):
 
 
 async def test_warm_pool_starts_sessions_fast(backend):
+    """A session starts fast because it gets a container the pool started before it was asked for
+    (its shell already running), not one started for it."""
     for _ in range(3):
         deadline = time.monotonic() + 30
         while backend._pool.empty():  # wait for the pool to refill
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
-        t0 = time.monotonic()
+        started = {c["Id"] for c in be_containers(backend)}  # the pool's, and no session's yet
         sb = await backend.create()
-        assert time.monotonic() - t0 < 0.25
+        assert sb.container_id in started
         assert (await sb.shell("echo ok")).ok
         await sb.close()
 

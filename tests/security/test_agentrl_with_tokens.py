@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from ci_helpers import require
 from security_helpers import BOB, agentrl_counter_worker
 
 from agentrl_envs.client import AsyncControllerClient
 
 pytestmark = pytest.mark.compat
-pytest.importorskip("agentrl.worker.task_worker", reason="agentrl-worker is not installed (make test installs it)")
+require("agentrl.worker.task_worker")
 
 
 def with_userinfo(url: str, token: str) -> str:

@@ -193,14 +193,38 @@ def test_tokens_are_never_logged(secure_stack, caplog):
         assert secret not in caplog.text
 
 
-def test_constant_time_lookup_tells_apart_only_exact_tokens():
+def test_lookup_tells_apart_only_exact_tokens():
     a = Authenticator({"tok": Principal("p", frozenset({"client"}))})
-    assert a.principal(b"Bearer tok") is not None
-    assert a.principal(b"bearer tok") is not None
-    for bad in (b"Bearer to", b"Bearer tokk", b"Bearer  tok2", b"tok", b"", b"Basic dG9r"):  # dG9r: "tok", no colon
-        assert a.principal(bad) is None or bad == b"Basic dG9r"
+    for good in (b"Bearer tok", b"bearer tok", b"Basic " + base64.b64encode(b"agentrl:tok"), b"Basic dG9r"):
+        assert a.principal(good) is not None, good  # dG9r: "tok" as Basic's user, no password: taken as the token
+    for bad in (b"Bearer to", b"Bearer tokk", b"Bearer  tok2", b"tok", b"", b"Basic " + base64.b64encode(b"agentrl:to")):
+        assert a.principal(bad) is None, bad
     assert a.principal(None) is None
     assert Authenticator().principal(None) is not None  # no tokens: open (the loopback default)
+
+
+def test_a_token_is_accepted_only_by_a_constant_time_comparison(monkeypatch):
+    """The lookup finds a candidate by hash; :func:`hmac.compare_digest` (constant time) decides.
+    A comparison that answers "different" refuses even the right token, both spellings, the
+    first time and from the table of verified header values alike."""
+    import hmac
+
+    real, seen = hmac.compare_digest, []
+
+    def compare(a: bytes, b: bytes) -> bool:
+        seen.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", compare)
+    a = Authenticator({"tok": Principal("p", frozenset({"client"}))})
+    basic = b"Basic " + base64.b64encode(b"agentrl:tok")
+    for header in (b"Bearer tok", basic, basic):  # the second Basic comes from the verified table
+        seen.clear()
+        assert a.principal(header) is not None
+        assert seen and all(real(x, y) for x, y in seen), seen
+    monkeypatch.setattr(hmac, "compare_digest", lambda x, y: False)
+    for header in (b"Bearer tok", basic):
+        assert a.principal(header) is None, header
 
 
 def test_beyond_loopback_tokens_are_required_unless_insecure(capsys):

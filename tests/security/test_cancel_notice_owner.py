@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ci_helpers import require
 from security_helpers import ADMIN, WORKER, agentrl_counter_worker, auth
 from stack_helpers import wait_for
 from tasks_for_tests import Calc
@@ -137,7 +138,7 @@ def test_a_notice_for_a_session_its_worker_still_holds_does_not_end_it(two_worke
 def test_agentrl_workers_genuine_notice_still_ends_the_session(two_workers, tmp_path):
     """AgentRL's TaskWorker pops the session, then posts the notice (the secret in its controller
     URL's userinfo, sent as HTTP Basic): the controller asks it, finds the session gone, ends it."""
-    pytest.importorskip("agentrl.worker.task_worker", reason="agentrl-worker is not installed (make test installs it)")
+    require("agentrl.worker.task_worker")
     url, _ = two_workers
     log = tmp_path / "agentrl-worker.log"
     with agentrl_counter_worker(url, log) as port:

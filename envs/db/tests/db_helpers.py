@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from typing import Any
 
 import pytest
@@ -25,6 +27,20 @@ def call(name: str, i: int = 0, **arguments: Any) -> dict[str, Any]:
 async def sql(episode: Episode, query: str) -> str:
     out = await episode.step([call("execute_sql", query=query)])
     return out.messages[0]["content"]
+
+
+async def statement_left_running(runtime: TaskRuntime, prefix: str) -> bool:
+    """Whether a statement starting with ``prefix`` still runs after its timeout was answered: on
+    MySQL, in the server's process list; on SQLite (in the worker's threads), whether the worker
+    spends more than half of a second of CPU time in the next second."""
+    if runtime.config.backend == "mysql":
+        rows = await runtime.resources.admin(
+            f"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '{prefix}%' AND COMMAND <> 'Sleep'"
+        )
+        return rows[0][0] > 0
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.sleep(1.0)
+    return (time.process_time() - cpu) / (time.perf_counter() - wall) > 0.5
 
 
 async def replay(runtime: TaskRuntime, index: int) -> float:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import statistics
+import sys
 import time
 
 from agentrl_envs.sandbox.bwrap import BubblewrapBackend
@@ -32,19 +34,24 @@ async def test_exec_is_a_separate_process_with_args_and_stdin(backend: Bubblewra
 async def test_timeout_interrupts_and_keeps_the_shell(backend: BubblewrapBackend):
     async with await backend.create() as box:
         await box.shell("export KEEP=yes")
-        t = time.monotonic()
         r = await box.shell("while :; do :; done", timeout=1)
-        assert r.timed_out and time.monotonic() - t < 6
+        assert r.timed_out
+        # The loop ran in the shell itself: that the shell answers shows the loop was stopped.
+        assert (await box.shell("echo $KEEP")).output == "yes\n"
         r = await box.shell("trap '' INT; sleep 300", timeout=1)
         assert r.timed_out
         r = await box.shell("echo $KEEP")
         assert r.output == "yes\n" and not r.timed_out
+        # A command that ignores SIGINT is killed, not left running.
+        assert (await box.shell("ps -eo args | grep -c '^sleep 300'")).output == "0\n"
         r = await box.exec("sleep 30", timeout=0.5)
         assert r.timed_out
 
 
 async def test_latencies(backend: BubblewrapBackend):
-    starts, trips = [], []
+    """A session starts in the time of a few process starts (its launcher is a Python process):
+    compared with starting a bare Python interpreter, interleaved on the same machine."""
+    starts, trips, pythons = [], [], []
     for _ in range(20):
         t = time.perf_counter()
         box = await backend.create()
@@ -54,9 +61,13 @@ async def test_latencies(backend: BubblewrapBackend):
             await box.shell("echo hi")
             trips.append(time.perf_counter() - t)
         await box.close()
+        t = time.perf_counter()
+        await (await asyncio.create_subprocess_exec(sys.executable, "-I", "-c", "pass")).wait()
+        pythons.append(time.perf_counter() - t)
     starts.sort()
+    ratio = statistics.median(starts) / statistics.median(pythons)
     print(
-        f"\nbwrap session start p50={statistics.median(starts) * 1000:.1f}ms max={starts[-1] * 1000:.1f}ms; "
-        f"command round trip p50={statistics.median(trips) * 1000:.2f}ms"
+        f"\nbwrap session start p50={statistics.median(starts) * 1000:.1f}ms max={starts[-1] * 1000:.1f}ms "
+        f"({ratio:.1f}x a bare Python start); command round trip p50={statistics.median(trips) * 1000:.2f}ms"
     )
-    assert statistics.median(starts) < 2.0
+    assert ratio < 10  # 1.7x and 1.9x in two runs on 2 shared cores

@@ -226,16 +226,23 @@ def test_the_lexical_stand_in_is_not_goal_py():
     assert differ > 0.01 * len(cases)
 
 
-needs_model = pytest.mark.skipif(spacy_model_name() is None, reason="spaCy's English model is not installed")
+#: Under CI=true (.ci/run installs the [spacy] extra) a missing model, or another version than the
+#: table's, fails the test that re-checks the table instead of skipping it.
+IN_CI = os.environ.get("CI", "").lower() == "true"
+needs_model = pytest.mark.skipif(spacy_model_name() is None and not IN_CI, reason="spaCy's English model is not installed")
 
 
 @needs_model
 def test_table_equals_spacy_one_call_per_title():
+    header = load()[0]  # type: ignore[index]
+    table_model = (header["model"], header["model_version"])
+    if installed_model() != table_model:
+        why = f"installed model {installed_model()} is not the table's {table_model}: pip install -e 'envs/webshop[spacy]'"
+        if IN_CI:
+            pytest.fail(why)
+        pytest.skip(why)
     import spacy
 
-    header = load()[0]  # type: ignore[index]
-    if installed_model() != (header["model"], header["model_version"]):
-        pytest.skip(f"installed model {installed_model()} is not the table's")
     nlp = spacy.load(spacy_model_name())
     rng = random.Random(7)
     size = table_size()
