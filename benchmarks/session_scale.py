@@ -10,7 +10,7 @@ steps/s, p50/p99 step latency, sessions ok/failed, and the servers' CPU time per
 p99 <= 3x p50. Results: ``benchmarks/results/session_scale.json``.
 
 Modes: ``worker`` (the worker alone), ``controller`` (through the controller, which speaks to
-the worker over the multiplexed transport, ``agentrl_envs.mux``) and ``controller-http``
+the worker over the multiplexed transport, ``agentrl_envs.transport.mux``) and ``controller-http``
 (through the controller with ``--worker-transport http``: one HTTP/1.1 request per step per
 connection, as to AgentRL's own workers). Besides steps/s, each level reports the ratio of the
 servers' CPU per step (worker alone over controller + worker): with both on one saturated core

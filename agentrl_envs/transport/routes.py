@@ -151,7 +151,12 @@ class FastRoutes:
         headers[PRINCIPAL] = scope["principal"]
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Answer] = loop.create_future()
-        dispatch(handler, headers, b"".join(chunks), path, answer.set_result, loop, set())
+
+        def done(a: Answer) -> None:
+            if not answer.done():  # not if the request was cancelled meanwhile (the client left)
+                answer.set_result(a)
+
+        dispatch(handler, headers, b"".join(chunks), path, done, loop, set())
         await _send(send, *await answer)
 
 
