@@ -275,12 +275,12 @@ def serve_model_arguments(sp: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve_model(a: argparse.Namespace) -> int:
-    from ..models.launch import serve_from_args
-
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as e:
         raise AgentRLEnvsError(f"the model server needs the [local] extra (pip install 'agentrl-envs[local]'): {e}") from None
+    from ..models.server import serve_from_args
+
     serve_from_args(a)
     return 0

@@ -25,6 +25,10 @@ from ..stack import ManagedProcess, free_port
 
 log = logging.getLogger(__name__)
 
+#: How the server process reports an error it knows the fix for (no model package, a bad model
+#: path): one last line, which :class:`LocalModelServer` passes on as it is.
+SERVER_ERROR = "model server: error: "
+
 
 def _none_or(kind: type) -> Any:
     def parse(text: str) -> Any:
@@ -70,32 +74,14 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info")
 
 
-def serve_from_args(a: argparse.Namespace) -> None:
-    """Serve with the flags of :func:`add_server_arguments` (blocking)."""
-    from .server import serve_model
-
-    serve_model(
-        a.host,
-        a.port,
-        model=a.model,
-        served_model_name=a.served_model_name,
-        dtype=a.dtype,
-        log_level=a.log_level,
-        max_batch=a.max_batch,
-        default_max_tokens=a.default_max_tokens,
-        max_tokens_limit=a.max_tokens_limit,
-        max_request_seconds=a.max_request_seconds,
-        repetition_window=a.repetition_window,
-    )
-
-
 class LocalModelServer:
     """The model server as a child process, for a ``with`` block.
 
     On enter: starts ``python -m agentrl_envs.models.server`` on ``host:port`` (``port=0``: a
     free one), waits until ``/health`` answers (loading takes seconds; ~30 s the first time, when
-    the GGUF is dequantized and cached), and raises :class:`ModelLoadError` with the end of the
-    server's log if the process exits or ``startup_timeout`` passes first. The child runs with
+    the GGUF is dequantized and cached), and raises :class:`ModelLoadError` if the process exits
+    or ``startup_timeout`` passes first: with the server's own error when it exited on one it
+    reported (``SERVER_ERROR``, e.g. the model's package missing), else with the end of its log. The child runs with
     ``HF_HUB_OFFLINE=1``. On exit: SIGTERM to its PID, SIGKILL after ``stop_timeout``.
     ``dtype``: the server's ``--dtype`` (``"float32"`` or ``"bfloat16"``).
     """
@@ -163,6 +149,10 @@ class LocalModelServer:
             while time.monotonic() < deadline:
                 if not self.process.alive():
                     code = self.process.proc.returncode
+                    last = self.log_tail(1).strip()
+                    if last.startswith(SERVER_ERROR):  # its own one-line error: no traceback above it
+                        message = last.removeprefix(SERVER_ERROR)
+                        raise ModelLoadError(f"the model server exited with code {code}: {message}", returncode=code)
                     raise ModelLoadError(f"the model server exited with code {code}:\n{self.log_tail()}", returncode=code)
                 try:
                     if client.get(self.url + "/health").status_code == 200:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -42,6 +43,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from ..chat.engine import ChatGeneration
 from ..chat.errors import BadModelRequestError
+from ..errors import AgentRLEnvsError
 from ..protocol.openai import (
     ChatCompletionChoice,
     ChatCompletionChunk,
@@ -63,7 +65,7 @@ from ..protocol.openai import (
 from ..transport.answers import json_response
 from ..transport.routes import install_error_handlers
 from . import responses
-from .launch import add_server_arguments, serve_from_args
+from .launch import SERVER_ERROR, add_server_arguments
 from .service import StreamDelta
 
 log = logging.getLogger(__name__)
@@ -289,11 +291,37 @@ def serve_model(
         service.close()
 
 
+def serve_from_args(a: argparse.Namespace) -> None:
+    """Serve with the flags of :func:`add_server_arguments` (blocking)."""
+    from .server import serve_model
+
+    serve_model(
+        a.host,
+        a.port,
+        model=a.model,
+        served_model_name=a.served_model_name,
+        dtype=a.dtype,
+        log_level=a.log_level,
+        max_batch=a.max_batch,
+        default_max_tokens=a.default_max_tokens,
+        max_tokens_limit=a.max_tokens_limit,
+        max_request_seconds=a.max_request_seconds,
+        repetition_window=a.repetition_window,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m agentrl_envs.models.server``: load the model, then serve until interrupted."""
+    """``python -m agentrl_envs.models.server``: load the model, then serve until interrupted.
+
+    An error the package knows the fix for ends the process with one line (``SERVER_ERROR`` and
+    the message) and exit status 2, not a traceback."""
     p = argparse.ArgumentParser(prog="python -m agentrl_envs.models.server", description=__doc__.split("\n")[0])
     add_server_arguments(p)
-    serve_from_args(p.parse_args(argv))
+    try:
+        serve_from_args(p.parse_args(argv))
+    except AgentRLEnvsError as e:
+        print(SERVER_ERROR + e.message, file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,14 @@ def test_a_missing_model_fails_fast_with_the_server_log(tmp_path: Path) -> None:
     assert "exited with code" in str(info.value) and "no model at" in str(info.value)
 
 
+def test_an_error_the_server_knows_reaches_the_caller_as_one_line(tmp_path: Path) -> None:
+    """What the server reported (the fix included) comes back alone, not under its traceback."""
+    pytest.importorskip("torch")
+    with pytest.raises(ModelLoadError) as info, LocalModelServer(model=tmp_path / "nothing.gguf", startup_timeout=60):
+        pass
+    assert "\n" not in str(info.value) and str(info.value).startswith("the model server exited with code 2: no model at ")
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_local_model_server_serves_and_stops(dtype: str) -> None:
