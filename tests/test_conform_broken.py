@@ -1,4 +1,4 @@
-"""The wire-level suite (agentrl_envs.conform) fails a worker that breaks a rule, saying what it
+"""The wire-level suite (agentrl_envs.conformance.wire) fails a worker that breaks a rule, saying what it
 expected and what came.
 
 Each broken worker is our real worker (WorkerService, the Calc test task: 8 rounds, 2 slots)
@@ -19,7 +19,7 @@ import pytest
 from stack_helpers import wait_for
 from tasks_for_tests import Calc
 
-from agentrl_envs.conform import WireOptions, run_conformance
+from agentrl_envs.conformance.wire import WireOptions, run_conformance
 from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.episode import TaskRuntime
 from agentrl_envs.stack import ServerThread, free_port

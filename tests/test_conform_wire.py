@@ -1,5 +1,5 @@
 """`agentrl-envs conform --controller URL --task NAME`: the conformance suite over the wire
-(agentrl_envs.conform) passes on workers that keep the protocol, through a real controller.
+(agentrl_envs.conformance.wire) passes on workers that keep the protocol, through a real controller.
 
 * The example Node.js worker (examples/node_worker, run with `node`, no Docker) passes every
   check, through the command line as a user runs it.
@@ -30,7 +30,7 @@ from test_conformance import require_runnable
 
 import agentrl_envs
 from agentrl_envs.cli import main
-from agentrl_envs.conform import CHECKS, WireOptions, run_conformance
+from agentrl_envs.conformance.wire import CHECKS, WireOptions, run_conformance
 from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.stack import ManagedProcess, ServerThread, free_port
 

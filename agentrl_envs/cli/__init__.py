@@ -75,13 +75,13 @@ def cmd_openenv(a: argparse.Namespace) -> int:
 
 
 def conform_arguments(sp: argparse.ArgumentParser) -> None:
-    from ..conform.command import add_arguments
+    from ..conformance.wire.command import add_arguments
 
     add_arguments(sp)
 
 
 def cmd_conform(a: argparse.Namespace) -> int:
-    from ..conform.command import main as conform_main
+    from ..conformance.wire.command import main as conform_main
 
     return conform_main(a)
 

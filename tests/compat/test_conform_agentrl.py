@@ -1,4 +1,4 @@
-"""Workers written the way AgentRL writes them pass the wire-level suite (agentrl_envs.conform);
+"""Workers written the way AgentRL writes them pass the wire-level suite (agentrl_envs.conformance.wire);
 deliberately broken ones fail the check whose rule they break, saying what was expected and what came.
 
 Each task is written against AgentRL's SDK and served by its ``TaskWorker`` (agentrl-worker 0.4.0
@@ -29,7 +29,7 @@ import pytest
 from agentrl_workers import agentrl_worker
 from ci_helpers import require
 
-from agentrl_envs.conform import CHECKS, WireOptions, run_conformance
+from agentrl_envs.conformance.wire import CHECKS, WireOptions, run_conformance
 from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.stack import ServerThread
 

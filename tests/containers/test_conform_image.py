@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from docker_helpers import built_images, client  # noqa: F401 - fixtures
 
-from agentrl_envs.conform import CHECKS
+from agentrl_envs.conformance.wire import CHECKS
 from agentrl_envs.containers.build import ensure_base
 
 pytestmark = pytest.mark.docker

@@ -57,7 +57,7 @@ def test_protocol_conformance(url: str, check: Any) -> None:
 async def test_episodes_through_our_controller(url: str) -> None:
     """``agentrl-envs worker openenv --option url=...`` (started by LocalStack, as ``up`` and ``eval`` do),
     then the wire-level conformance checks (``agentrl-envs conform``) on that worker."""
-    from agentrl_envs.conform.run import run_conformance
+    from agentrl_envs.conformance.wire.run import run_conformance
 
     with LocalStack(["openenv"], task_options={"openenv": {"url": url, "max_turns": 5}}) as stack:
         async with AsyncControllerClient(stack.url) as client:

@@ -5,7 +5,7 @@ call keeps it open: in AgentRL's own tasks (its simple-calculator example, Agent
 ALFWorld) such a round ends the episode ``agent validation failed``. The moves a check may play
 are, in this order (:func:`moves`):
 
-* a round without a tool call (:data:`~agentrl_envs.conformance.NO_CALL`);
+* a round without a tool call (:data:`~agentrl_envs.conformance.common.NO_CALL`);
 * a call of each tool the worker advertises, with the least arguments its schema asks for
   (:func:`example_arguments`).
 
@@ -18,9 +18,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..conformance import NO_CALL, shorten
-from ..protocol.agentrl import SampleStatus
-from .wire import Answer, WireTarget
+from ...protocol.agentrl import SampleStatus
+from ..common import NO_CALL, shorten
+from .target import Answer, WireTarget
 
 #: How a round may end an episode when the model made a mistake or played on: statuses of
 #: AgentRL's protocol that put the outcome on the model. ``task error``, ``cancelled`` and

@@ -5,14 +5,14 @@ from the outside, speaking only HTTP to a controller (and, for the worker's own 
 worker at the address the controller lists), so a worker written in any language, or an image
 nobody here built, can be checked::
 
-    from agentrl_envs.conform import run_conformance, WireOptions
+    from agentrl_envs.conformance.wire import run_conformance, WireOptions
     report = run_conformance("http://127.0.0.1:5020", "db", options=WireOptions(idle_timeout=5))
     assert report.passed, report.text()
 
-    from agentrl_envs.conform.image import conform_image        # needs a Docker engine
+    from agentrl_envs.conformance.wire.image import conform_image        # needs a Docker engine
     report = conform_image("agentrl/worker-node_sum")
 
-* :mod:`.wire` — :class:`WireTarget`: raw HTTP answers from the controller and its workers.
+* :mod:`.target` — :class:`WireTarget`: raw HTTP answers from the controller and its workers.
 * :mod:`.checks` — the checks (:data:`CHECKS`, :data:`PROTOCOL_CHECKS`); the worker-level ones.
 * :mod:`.moves` — the rounds the checks play, and the one that keeps a session open.
 * :mod:`.rounds`, :mod:`.lifecycle`, :mod:`.references` — how a task answers rounds; how
@@ -32,6 +32,6 @@ from __future__ import annotations
 from .checks import CHECKS, PROTOCOL_CHECKS
 from .options import WireOptions
 from .run import CheckResult, Report, run_conformance
-from .wire import Answer, WireTarget
+from .target import Answer, WireTarget
 
 __all__ = ["CHECKS", "PROTOCOL_CHECKS", "Answer", "CheckResult", "Report", "WireOptions", "WireTarget", "run_conformance"]

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import typing
 
-from ..errors import AgentRLEnvsError
+from ...errors import AgentRLEnvsError
 from .checks import CHECKS, PROTOCOL_CHECKS
 from .options import WireOptions
 

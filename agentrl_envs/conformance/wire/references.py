@@ -16,16 +16,16 @@ import asyncio
 import json
 from typing import Any
 
-from .. import conformance as in_process
-from ..conformance import ConformanceSkip, shorten
-from ..protocol.agentrl import SampleStatus
+from ...protocol.agentrl import SampleStatus
+from .. import replay as in_process
+from ..common import ConformanceSkip, shorten
 from .moves import ended
 from .options import WireOptions
-from .wire import WireTarget
+from .target import WireTarget
 
 
 def _installed_task(name: str) -> Any:
-    from ..registry import get_task, task_names
+    from ...registry import get_task, task_names
 
     return get_task(name) if name in task_names() else None
 
@@ -37,7 +37,7 @@ def _split(cls: Any, o: WireOptions) -> str | None:
 
 async def _start_here(cls: Any, split: str | None, index: int) -> tuple[list[dict[str, Any]], Any]:
     """Sample ``index``'s opening messages and tools from the installed task, started (and torn down) here."""
-    from ..episode import TaskRuntime
+    from ...episode import TaskRuntime
 
     runtime = TaskRuntime(cls, split=split)
     await runtime.open()

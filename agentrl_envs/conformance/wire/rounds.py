@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..conformance import ConformanceSkip, bad_call_cases, shorten
-from ..protocol.agentrl import SampleStatus
+from ...protocol.agentrl import SampleStatus
+from ..common import ConformanceSkip, shorten
+from ..rounds import bad_call_cases
 from .moves import MODEL_ENDS, NO_CALL_MOVE, Move, ended, env_out, keep_open
 from .options import WireOptions
-from .wire import WireTarget
+from .target import WireTarget
 
 _LIMIT = SampleStatus.TASK_LIMIT_REACHED.value
 #: Ends that are the task's verdict on the move played, not its round limit.

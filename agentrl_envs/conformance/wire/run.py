@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from ..conformance import ConformanceSkip
+from ..common import ConformanceSkip
 from .checks import CHECKS
 from .options import WireOptions
-from .wire import WireTarget
+from .target import WireTarget
 
 Outcome = Literal["passed", "failed", "skipped"]
 
@@ -69,7 +69,7 @@ def run_conformance(
     checks: list[str] | None = None,
     container_health: Callable[[], str | None] | None = None,
 ) -> Report:
-    """Run ``checks`` (default: all of :data:`~agentrl_envs.conform.checks.CHECKS`) on task
+    """Run ``checks`` (default: all of :data:`~agentrl_envs.conformance.wire.checks.CHECKS`) on task
     ``task`` behind the controller at ``controller``. A check that raises anything but an
     assertion or a skip (a connection refused, a crash) fails with that error."""
     options = options or WireOptions()

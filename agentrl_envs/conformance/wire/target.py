@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from ..conformance import shorten
-from ..transport.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, bearer, env_token, split_userinfo
+from ...transport.auth import CLIENT_TOKEN_ENV, WORKER_SECRET_ENV, bearer, env_token, split_userinfo
+from ..common import shorten
 
 #: Session ids the checks use on a worker directly (its capacity): below every id a controller of
 #: agentrl-envs hands out (start time in ms × 1000, ≥ 1.6e15), so they never collide with one.
@@ -86,7 +86,7 @@ class WireTarget:
         self._worker = httpx.Client(timeout=timeout, headers=bearer(env_token(WORKER_SECRET_ENV)))
         self._ids = itertools.count(_PRIVATE_ID_BASE + secrets.randbelow(10**9) * 1000)
         #: What a check learned about the task that later checks of the run reuse (e.g.
-        #: :func:`~agentrl_envs.conform.moves.keep_open`'s move).
+        #: :func:`~agentrl_envs.conformance.wire.moves.keep_open`'s move).
         self.learned: dict[str, Any] = {}
 
     def __enter__(self) -> WireTarget:

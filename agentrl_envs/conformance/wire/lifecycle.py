@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..conformance import NO_CALL, ConformanceSkip
+from ..common import NO_CALL, ConformanceSkip
 from .moves import Move, ended, env_out, keep_open, moves
 from .options import WireOptions
-from .wire import WireTarget, Worker
+from .target import WireTarget, Worker
 
 
 def released(t: WireTarget, w: Worker, sid: int, what: str, seconds: float) -> None:

@@ -15,10 +15,10 @@ import time
 
 import httpx
 
-from ..containers.engine import docker_client, image_exists
-from ..containers.up import DockerStack
-from ..errors import InfrastructureError
-from ..stack import ServerThread, free_port
+from ...containers.engine import docker_client, image_exists
+from ...containers.up import DockerStack
+from ...errors import InfrastructureError
+from ...stack import ServerThread, free_port
 from .options import WireOptions
 from .run import Report, run_conformance
 
@@ -83,7 +83,7 @@ def conform_image(
     """Start ``image`` against a controller of this process, run the suite on the task it serves
     (``task``, else the one it registers), remove the container; the report carries the
     container's log tail when a check failed."""
-    from ..controller import ControllerService, create_controller_app
+    from ...controller import ControllerService, create_controller_app
 
     options = options or WireOptions()
     if options.idle_timeout is None:

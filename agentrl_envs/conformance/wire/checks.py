@@ -2,7 +2,7 @@
 and, for the worker's own rules, from the controller's seat.
 
 Each check is ``check(target, options) -> notes``: it raises :class:`AssertionError` saying what
-was expected and what came, :class:`~agentrl_envs.conformance.ConformanceSkip` (with the reason)
+was expected and what came, :class:`~agentrl_envs.conformance.common.ConformanceSkip` (with the reason)
 when it cannot apply, and returns *notes*: what it reports without failing (advice included).
 The rules are listed in ``docs/conformance.md``. They hold a worker to the protocol, not to how
 agentrl-envs' own workers do things: a worker written the way AgentRL's examples write one passes
@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from ..conformance import ConformanceSkip, shorten, tool_list_problems
-from ..protocol.agentrl import SampleStatus
+from ...protocol.agentrl import SampleStatus
+from ..common import ConformanceSkip, shorten
+from ..tools import tool_list_problems
 from .lifecycle import check_cancel, check_ended_session, check_idle_expiry
 from .options import WireOptions
 from .references import check_reference_replay
 from .rounds import check_bad_calls, check_turn_limit
-from .wire import WireTarget
+from .target import WireTarget
 
 # --------------------------------------------------------------------------- health
 
