@@ -17,7 +17,8 @@ from .command import add_arguments, embedded_services, main, resume_config, run,
 from .compare import eval_report
 from .config import EvalConfig
 from .report import format_comparison, format_table, pass_at_k, print_table, summarize, write_outputs
-from .runner import EpisodeResult, EvalResult, evaluate
+from .results import EpisodeResult, EvalResult
+from .runner import evaluate
 from .store import RunStore
 
 __all__ = [

@@ -27,7 +27,8 @@ from typing import Any, TextIO
 from ..errors import AgentRLEnvsError
 from .config import RUN_DEFINING, EvalConfig
 from .report import print_table, summarize, write_outputs
-from .runner import EvalResult, evaluate
+from .results import EvalResult
+from .runner import evaluate
 from .store import RunStore, is_unfinished, read_config
 
 DEFAULT_OUTPUT = Path("eval_results")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from .runner import EpisodeResult
+from .results import EpisodeResult
 from .tables import Column, comparison_columns, comparison_header, comparison_rows, model_summaries, tokens
 
 _CSS = """

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .html_report import render_html
-from .runner import EpisodeResult, EvalResult
+from .results import EpisodeResult, EvalResult
 from .store import REPORT, SUMMARY, TRAJECTORIES, encode, trajectory_record
 from .tables import comparison_columns, format_comparison, format_table, model_summaries
 

@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import AgentRLEnvsError
 from ..protocol.agentrl import SampleIndex
 from .config import EvalConfig
-from .runner import EpisodeKey, EpisodeResult
+from .results import EpisodeKey, EpisodeResult
 
 log = logging.getLogger(__name__)
 

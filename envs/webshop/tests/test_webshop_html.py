@@ -9,7 +9,7 @@ from agentrl_env_webshop.html import render_message_html
 from agentrl_envs.agent import InProcessSessions, run_episode
 from agentrl_envs.eval import html_report
 from agentrl_envs.eval.html_report import render_html
-from agentrl_envs.eval.runner import EpisodeResult
+from agentrl_envs.eval.results import EpisodeResult
 from agentrl_envs.policy import call_turn
 
 
