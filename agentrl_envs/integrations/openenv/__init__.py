@@ -36,8 +36,8 @@ def add_arguments(sp: argparse.ArgumentParser, data_args: Callable[[argparse.Arg
 
 def command(a: argparse.Namespace) -> int:
     """Run ``agentrl-envs openenv serve``."""
-    from ...task_info import task_options
     from ...errors import AgentRLEnvsError
+    from ...task_info import task_options
     from ...transport.auth import is_loopback
 
     if not is_loopback(a.host) and not a.insecure:
