@@ -10,7 +10,8 @@ episode's advantage.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -20,7 +21,11 @@ from .advantages import broadcast_to_tokens, group_advantages, normalize_by_task
 from .pipeline import Group
 from .rollout import Episode
 
-__all__ = ["TrainBatch", "build_batch", "micro_batches"]
+__all__ = ["ROW_TENSORS", "TrainBatch", "build_batch", "micro_batches", "select_rows"]
+
+
+#: the (R, T) tensors a micro-batch takes by row
+ROW_TENSORS = ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "old_free_logprobs", "advantages")
 
 
 @dataclass
@@ -28,12 +33,22 @@ class TrainBatch:
     input_ids: torch.Tensor  # (R, T) right-padded
     attention_mask: torch.Tensor  # (R, T)
     loss_mask: torch.Tensor  # (R, T) 1 on sampled tokens
-    old_logprobs: torch.Tensor  # (R, T) the producing engine's logprob of each sampled token
+    old_logprobs: torch.Tensor  # (R, T) the producing engine's behaviour logprob of each sampled token
     advantages: torch.Tensor  # (R, T) 0 off-mask
     row_task: list[str]
     row_episode: list[int]
     episodes: list[Episode]
     rewards: torch.Tensor  # (E,) shaped rewards
+    # (R, T) the producing engine's unconstrained logprob (= old_logprobs where no grammar restricted)
+    old_free_logprobs: torch.Tensor | None = None
+    # the trained tokens the grammar restricted: (M, 2) their (row, column), (M, W) the packed
+    # tokens each was drawn from (agentrl_envs.chat.decode.pack_token_mask)
+    allowed_at: torch.Tensor = field(default_factory=lambda: torch.zeros((0, 2), dtype=torch.long))
+    allowed_bits: torch.Tensor = field(default_factory=lambda: torch.zeros((0, 0), dtype=torch.uint8))
+
+    def __post_init__(self) -> None:
+        if self.old_free_logprobs is None:
+            self.old_free_logprobs = self.old_logprobs
 
     def rows(self, start: int, stop: int) -> dict[str, torch.Tensor]:
         """Rows [start, stop) trimmed to their longest sequence, as the loss takes them."""
@@ -41,12 +56,9 @@ class TrainBatch:
 
     def select(self, rows: list[int]) -> dict[str, torch.Tensor]:
         """The given rows (in that order) trimmed to their longest sequence up to its last trained
-        token (what follows it cannot change a trained token's logprob), as the loss takes them."""
-        index = torch.tensor(rows, dtype=torch.long)
-        width = int(self.row_lengths()[index].max())
-        return {
-            k: getattr(self, k)[index, :width] for k in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages")
-        }
+        token (what follows it cannot change a trained token's logprob), as the loss takes them;
+        ``allowed_at`` / ``allowed_bits`` hold the selected rows' restricted tokens, renumbered."""
+        return select_rows(self, rows)
 
     def head_prefixes(self) -> list[tuple[int, ...]]:
         """Each row's tokens before its first trained one (what rows may share as a head)."""
@@ -60,6 +72,23 @@ class TrainBatch:
         cols = torch.arange(1, T + 1)
         last_trained = (self.loss_mask.bool() * cols).amax(dim=1)
         return torch.where(last_trained > 0, last_trained, self.attention_mask.sum(dim=1))
+
+
+def select_rows(batch: Any, rows: list[int]) -> dict[str, torch.Tensor]:
+    """:meth:`TrainBatch.select` for any object with the :data:`ROW_TENSORS`, ``row_lengths()``
+    and (optionally) ``allowed_at`` / ``allowed_bits``."""
+    index = torch.tensor(rows, dtype=torch.long)
+    width = int(batch.row_lengths()[index].max())
+    out = {k: getattr(batch, k)[index, :width] for k in ROW_TENSORS}
+    at: torch.Tensor = getattr(batch, "allowed_at", torch.zeros((0, 2), dtype=torch.long))
+    bits: torch.Tensor = getattr(batch, "allowed_bits", torch.zeros((0, 0), dtype=torch.uint8))
+    where = torch.full((batch.input_ids.shape[0],), -1, dtype=torch.long)  # (R,) old row -> new row
+    where[index] = torch.arange(len(rows))
+    new_rows = where[at[:, 0]] if at.numel() else torch.zeros(0, dtype=torch.long)  # (M,)
+    keep = new_rows >= 0
+    out["allowed_at"] = torch.stack([new_rows[keep], at[keep, 1]], dim=1) if at.numel() else at
+    out["allowed_bits"] = bits[keep] if at.numel() else bits
+    return out
 
 
 def micro_batches(
@@ -143,14 +172,37 @@ def build_batch(
     attention = torch.zeros((R, T), dtype=torch.long)  # (R, T)
     loss_mask = torch.zeros((R, T), dtype=torch.long)  # (R, T)
     old_lp = torch.zeros((R, T), dtype=torch.float32)  # (R, T)
+    old_free = torch.zeros((R, T), dtype=torch.float32)  # (R, T)
+    at: list[tuple[int, int]] = []
+    bits: list[torch.Tensor] = []
     for r, s in enumerate(segments):
         n = len(s.input_ids)
         input_ids[r, :n] = torch.tensor(s.input_ids)
         attention[r, :n] = 1
         loss_mask[r, :n] = torch.tensor(s.loss_mask)
         old_lp[r, :n] = torch.tensor(s.logprobs)
+        old_free[r, :n] = torch.tensor(s.free_logprobs if len(s.free_logprobs) == n else s.logprobs)
+        for pos, packed in sorted(s.allowed.items()):
+            if s.loss_mask[pos]:
+                at.append((r, pos))
+                bits.append(packed)
     row_task = [episodes[i].spec.task for i in row_episode]
     adv = broadcast_to_tokens(ep_adv[torch.tensor(row_episode)], loss_mask)  # (R, T)
     if task_norm:
         adv = normalize_by_task(adv, loss_mask, row_task)
-    return TrainBatch(input_ids, attention, loss_mask, old_lp, adv, row_task, row_episode, episodes, reward_t)
+    allowed_at = torch.tensor(at, dtype=torch.long).reshape(-1, 2)  # (M, 2)
+    allowed_bits = torch.stack(bits) if bits else torch.zeros((0, 0), dtype=torch.uint8)  # (M, W)
+    return TrainBatch(
+        input_ids,
+        attention,
+        loss_mask,
+        old_lp,
+        adv,
+        row_task,
+        row_episode,
+        episodes,
+        reward_t,
+        old_free,
+        allowed_at,
+        allowed_bits,
+    )

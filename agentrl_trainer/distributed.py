@@ -28,6 +28,7 @@ import torch
 
 __all__ = [
     "build_copy",
+    "share_frozen_weights",
     "gather_merged_weights",
     "gather_weights",
     "merge_step_metrics",
@@ -192,6 +193,31 @@ def build_copy(model: Any, weights: dict[str, torch.Tensor] | None = None) -> to
             f"unexpected {sorted(unexpected)[:5]}, missing {absent[:5]}"
         )
     return fresh
+
+
+@torch.no_grad()
+def share_frozen_weights(copy_: torch.nn.Module, model: Any) -> int:
+    """Point ``copy_``'s parameters at ``model``'s own tensors where those are frozen (a LoRA
+    adapter's base weights), instead of keeping a copy; returns the bytes no longer duplicated.
+
+    Frozen weights never change, so an engine's copy can read the trained model's: a rollout or
+    evaluation engine of SmolLM2-135M + LoRA then holds its adapter and its packed decoding copy,
+    not another 0.54 GB of base weights. Only whole parameters of the same shape, dtype and device
+    are shared (sharded ones, ZeRO-3 / FSDP, stay copies)."""
+    model = _strip_data_parallel(model)
+    if _is_fsdp1(model):
+        return 0
+    source = dict(model.named_parameters())
+    shared = 0
+    for name, p in copy_.named_parameters():
+        src = source.get(name)
+        if src is None or src.requires_grad or _is_zero3(src) or hasattr(src, "full_tensor"):
+            continue
+        if src.shape != p.shape or src.dtype != p.dtype or src.device != p.device or src.data_ptr() == p.data_ptr():
+            continue
+        p.data = src.data
+        shared += src.numel() * src.element_size()
+    return shared
 
 
 # ---------------------------------------------------------------------- samples and statistics

@@ -4,10 +4,13 @@ Two modes over the same machinery (docs/architecture.md, "agentrl-trainer"):
 
 * **async** (AgentRL): rollout coroutines run all the time on their own event-loop thread,
   concurrently with training. Finished episodes go into a :class:`GroupBuffer`, which releases a
-  GRPO group only once all its episodes are in. The buffer is bounded — queued plus in-flight
-  groups never exceed ``capacity_groups`` — which bounds how stale a trajectory can get; each
-  training step takes whatever complete groups there are (between ``min_groups`` and
-  ``max_groups``) and drains the queue.
+  GRPO group only once all its episodes are in. The queue is bounded — queued plus in-flight
+  groups never exceed ``capacity_groups`` — and each training step drains it: it waits for
+  ``min_groups`` complete groups, then takes every complete group queued (so a batch holds
+  ``min_groups`` to ``capacity_groups`` groups and nothing complete waits for a later step).
+  Staleness: with ``min_groups == capacity_groups`` a step waits for every group there is, so a
+  group started after step s drained the queue is trained at step s + 1: a turn from a current
+  engine is at most one version old (docs/trainer.md, "Staleness").
 * **sync** (the baseline): each step starts exactly ``groups`` groups, waits for all of them,
   and only then trains; the engines idle while the trainer works.
 
@@ -34,7 +37,7 @@ from agentrl_envs.client import AsyncControllerClient
 from agentrl_envs.protocol.agentrl import SampleIndex
 
 from .lagging import choose_engine, engines_to_sync, lagging_engine_ids
-from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode_retrying
+from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode_retrying, turn_seed
 
 __all__ = ["Group", "GroupBuffer", "PipelineEngine", "RolloutPipeline", "TaskSampler"]
 
@@ -165,7 +168,7 @@ class RolloutPipeline:
         self.current = [i for i in range(len(self.engines)) if i not in self.lagging]
         self.lag_steps = lag_steps
         self.lagging_prob = lagging_prob
-        self._rng = random.Random(seed)
+        self.seed = seed
         self.buffer = GroupBuffer(group_size)
         self._ready: deque[Group] = deque()
         self._cond = threading.Condition()
@@ -235,8 +238,11 @@ class RolloutPipeline:
     # ------------------------------------------------------------------ engines
 
     def _pick(self, episode_id: int) -> Any:
+        # Each turn's engine is drawn from its own seed (episode, turn), not from a stream shared
+        # by the episodes running at once, so the choice does not depend on their interleaving.
         def pick(turn: int) -> EngineChoice:
-            eid = choose_engine(self._rng, self.current, self.lagging, self.lagging_prob, episode_id + turn)
+            rng = random.Random(turn_seed(self.seed, episode_id, turn, purpose="engine"))
+            eid = choose_engine(rng, self.current, self.lagging, self.lagging_prob, episode_id + turn)
             return EngineChoice(self.engines[eid], eid, eid in self.lagging)
 
         return pick
@@ -318,14 +324,15 @@ class RolloutPipeline:
             self._error = error
             self._cond.notify_all()
 
-    def get_batch(self, min_groups: int, max_groups: int, timeout: float | None = None) -> list[Group]:
-        """Async mode: wait for ``min_groups`` complete groups, then drain up to ``max_groups``."""
+    def get_batch(self, min_groups: int, timeout: float | None = None) -> list[Group]:
+        """Async mode: wait for ``min_groups`` complete groups, then take every complete group
+        queued (at most ``capacity_groups``: the queue never holds more), oldest first."""
         if self.mode != "async":
             raise RuntimeError("get_batch is for async mode; use collect() in sync mode")
         # Limits that can never be met are refused: min_groups above the capacity used to wait
         # forever (queued groups never exceed capacity_groups) and min_groups 0 to return no group.
-        if not 1 <= min_groups <= max_groups:
-            raise ValueError(f"need 1 <= min_groups ({min_groups}) <= max_groups ({max_groups})")
+        if min_groups < 1:
+            raise ValueError(f"need min_groups >= 1, got {min_groups}")
         if min_groups > self.capacity_groups:
             raise ValueError(
                 f"min_groups ({min_groups}) exceeds capacity_groups ({self.capacity_groups}): that many are never queued"
@@ -341,8 +348,9 @@ class RolloutPipeline:
                 if left is not None and left <= 0:
                     raise TimeoutError(f"{len(self._ready)} of {min_groups} groups ready after {timeout} s")
                 self._cond.wait(timeout=left if left is not None else 1.0)
-            n = min(max_groups, len(self._ready))
-            return [self._ready.popleft() for _ in range(n)]
+            batch = list(self._ready)
+            self._ready.clear()
+            return batch
 
     def collect(self, groups: int) -> list[Group]:
         """Sync mode: run exactly ``groups`` groups now and return the complete ones."""

@@ -5,6 +5,11 @@ trainer adds is a policy, :class:`TokenPolicy`: per turn it renders the held tok
 template's tail (``trajectory.py``), samples from an engine chosen per turn (so lagging and
 current engines can share one trajectory), records ids and logprobs, and parses the tool calls.
 
+Sampling is seeded per turn: with ``RolloutSettings.seed`` set, turn ``t`` of episode ``e`` is
+drawn with the generator :func:`turn_seed` derives from (seed, e, t), so a run is replayable
+given the same weights and schedule, and runs that share a seed (the ablation's conditions)
+share their sampling seeds turn by turn.
+
 Who is at fault decides what happens to a failure (see ``agentrl_envs.errors``): the model's
 mistakes (invalid tool call, turn limit, context limit) are scored; anything the infrastructure
 did (controller or worker unreachable, ``task error``, ``cancelled``, a session lost to a
@@ -15,9 +20,10 @@ drops it from its group instead of scoring it 0.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from agentrl_envs import agent
 from agentrl_envs.chat.toolcalls import parse_completion
@@ -31,6 +37,7 @@ from .trajectory import TokenTrajectory
 __all__ = [
     "TEXT_ANSWER_TASKS",
     "EngineChoice",
+    "TurnSample",
     "Episode",
     "EpisodeSpec",
     "RolloutEngine",
@@ -38,7 +45,38 @@ __all__ = [
     "TokenPolicy",
     "run_episode",
     "run_episode_retrying",
+    "turn_seed",
 ]
+
+
+def turn_seed(run_seed: int, episode_id: int, turn: int, attempt: int = 1, purpose: str = "sample") -> int:
+    """A 63-bit seed for one turn of one episode, the same in every run with ``run_seed``.
+
+    ``attempt`` > 1 (a replay after an infrastructure failure) draws afresh, so a failure that the
+    sampled text itself caused is not replayed verbatim; ``purpose`` keeps independent draws
+    (the sampled tokens, the engine choice) from sharing a stream.
+    """
+    key = f"{purpose}:{run_seed}:{episode_id}:{turn}" + (f":{attempt}" if attempt > 1 else "")
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") >> 1
+
+
+class TurnSample(NamedTuple):
+    """One sampled turn, as an engine returns it.
+
+    ``logprobs`` are the behaviour policy's: each token's log-probability under the distribution it
+    was drawn from (under the tool-call grammar, the model's softmax renormalized over the tokens
+    the grammar allowed; ``allowed`` holds those tokens, packed by
+    :func:`agentrl_envs.chat.decode.pack_token_mask`, ``None`` where all were allowed).
+    ``free_logprobs``: under the model's own, unconstrained softmax (a diagnostic; ``None``: the
+    same as ``logprobs``). ``version``: the weights version that sampled the turn, read when it
+    was sampled (a weight load right after cannot relabel it).
+    """
+
+    ids: list[int]
+    logprobs: list[float]
+    version: int
+    allowed: list[Any] | None = None
+    free_logprobs: list[float] | None = None
 
 
 async def run_episode_retrying(
@@ -52,9 +90,9 @@ async def run_episode_retrying(
     """:func:`run_episode`, replayed from the start up to ``settings.infra_retries`` times while it
     ends as an infrastructure failure (a worker killed, a controller restarted: ``session_lost``),
     as eval retries a sample; the last attempt is returned (``attempts`` counts them). A replay
-    samples afresh: nothing of a lost attempt is trained on."""
+    samples afresh (its own turn seeds): nothing of a lost attempt is trained on."""
     for attempt in range(1, settings.infra_retries + 2):
-        ep = await run_episode(client, spec, pick_engine, tokenizer, stop_token_ids, settings)
+        ep = await run_episode(client, spec, pick_engine, tokenizer, stop_token_ids, settings, attempt=attempt)
         ep.attempts = attempt
         if not ep.infra_failure:
             break
@@ -76,11 +114,14 @@ class RolloutEngine(Protocol):
         *,
         call_required: bool = True,
         close_in_budget: bool = False,
-    ) -> tuple[list[int], list[float]]:
+        seed: int | None = None,
+    ) -> TurnSample:
         """Sample a turn; with ``tools``, under their tool-call grammar: exactly one well-formed
         call (``call_required``), or text in which any call opened is well-formed (``auto``);
         ``close_in_budget``: a call still open when the tokens left just suffice is completed.
-        ``call_required`` and ``close_in_budget`` are only passed along with ``tools``."""
+        ``call_required`` and ``close_in_budget`` are only passed along with ``tools``.
+        ``seed``: the turn's generator (``None``: random); the same seed, prompt and weights give
+        the same tokens."""
         ...
 
 
@@ -120,6 +161,7 @@ class RolloutSettings:
     text_answer_tasks: tuple[str, ...] = TEXT_ANSWER_TASKS
     start_timeout: float = 120.0  # how long to wait for a free worker slot
     infra_retries: int = 2  # replays of an episode lost to the infrastructure before it is dropped
+    seed: int | None = None  # the run's sampling seed (turn_seed); None: every turn seeds itself at random
 
 
 @dataclass
@@ -161,8 +203,13 @@ class TokenPolicy:
         stop_token_ids: list[int],
         settings: RolloutSettings,
         task: str | None = None,
+        *,
+        episode_id: int = 0,
+        attempt: int = 1,
     ) -> None:
         self.pick_engine = pick_engine
+        self.episode_id = episode_id
+        self.attempt = attempt
         self.tokenizer = tokenizer
         self.stop_token_ids = stop_token_ids
         self.settings = settings
@@ -181,9 +228,11 @@ class TokenPolicy:
         room = s.max_context - len(prompt)
         if room < 1:
             raise ContextLimitError(f"the prompt has {len(prompt)} tokens, the context {s.max_context}")
-        choice = self.pick_engine(len(traj.turns))
+        turn = len(traj.turns)
+        choice = self.pick_engine(turn)
+        seed = None if s.seed is None else turn_seed(s.seed, self.episode_id, turn, self.attempt)
         if s.constrain_tool_calls:
-            ids, logprobs = await choice.engine.generate(
+            out = await choice.engine.generate(
                 prompt,
                 min(s.max_tokens, room),
                 s.temperature,
@@ -191,17 +240,20 @@ class TokenPolicy:
                 tools=self._tools,
                 call_required=self.call_required,
                 close_in_budget=s.close_calls_in_budget,
+                seed=seed,
             )
         else:
-            ids, logprobs = await choice.engine.generate(prompt, min(s.max_tokens, room), s.temperature, s.top_p)
-        assistant = parse_completion(traj.completion_text(ids), [t.function.name for t in self._tools]).to_message()
+            out = await choice.engine.generate(prompt, min(s.max_tokens, room), s.temperature, s.top_p, seed=seed)
+        assistant = parse_completion(traj.completion_text(out.ids), [t.function.name for t in self._tools]).to_message()
         traj.add_completion(
-            ids,
-            logprobs,
+            out.ids,
+            out.logprobs,
             n_messages=len(history) + 1,
             engine=choice.engine_id,
-            version=choice.engine.version,
+            version=out.version,
             lagging=choice.lagging,
+            allowed=out.allowed,
+            free_logprobs=out.free_logprobs,
         )
         return assistant.model_dump(mode="json", exclude_none=True)
 
@@ -213,11 +265,16 @@ async def run_episode(
     tokenizer: Any,
     stop_token_ids: list[int],
     settings: RolloutSettings,
+    *,
+    attempt: int = 1,
 ) -> Episode:
     """Play one episode with a :class:`TokenPolicy`; never raises for environment or
     infrastructure failures (controller, worker and network errors end the episode as an
-    infrastructure failure); anything else (a bug, an engine that failed) propagates."""
-    policy = TokenPolicy(pick_engine, tokenizer, stop_token_ids, settings, task=spec.task)
+    infrastructure failure); anything else (a bug, an engine that failed) propagates.
+    ``attempt``: which play of ``spec`` this is (its turns' seeds, :func:`turn_seed`)."""
+    policy = TokenPolicy(
+        pick_engine, tokenizer, stop_token_ids, settings, task=spec.task, episode_id=spec.episode_id, attempt=attempt
+    )
     t = await agent.run_episode(
         client, spec.task, spec.index, policy, stops=[agent.MaxTurns(settings.max_turns)], start_timeout=settings.start_timeout
     )

@@ -25,6 +25,7 @@ engines.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -50,10 +51,11 @@ from .distributed import (
     merge_step_metrics,
     normalize_with_moments,
     shard_indices,
+    share_frozen_weights,
     task_moments,
 )
 from .engines import LocalEngine
-from .logprobs import token_logprobs
+from .logprobs import TokenLogprobs, token_logprobs
 from .loss import policy_loss
 from .memory import release_freed_memory
 from .pipeline import Group, PipelineEngine, RolloutPipeline, TaskSampler
@@ -145,7 +147,12 @@ class AgentRLTrainer(GRPOTrainer):
         self.engines: list[PipelineEngine] = []
         self.pipeline: RolloutPipeline | None = None
         self._stack: LocalStack | None = None
+        self._stopping = threading.Lock()
         self.step_log: list[dict[str, float]] = []
+        #: per step, the trained tokens with the largest |log ratio| (the loss's and the
+        #: unconstrained one's: see _ratio_diagnostics)
+        self.ratio_outliers: list[dict[str, Any]] = []
+        self._ratio_step: dict[str, Any] = {}
         self.add_callback(_PublishWeights(self))
         self._pad_id = (
             processing_class.pad_token_id if processing_class.pad_token_id is not None else processing_class.eos_token_id
@@ -187,10 +194,13 @@ class AgentRLTrainer(GRPOTrainer):
 
         The copy is built from whole weights gathered the way TRL gathers them (never a deepcopy
         of a sharded module): under ZeRO-3/FSDP every process must call this at the same point.
+        The frozen weights (LoRA's base) are the trained model's own tensors, not a copy, where
+        the engine lives on the same device (:func:`~agentrl_trainer.distributed.share_frozen_weights`).
         """
         model = build_copy(self.model)
         if self.agentrl_args.engine_device:  # e.g. sample on the CPU's cores while the GPU trains
             model = model.to(self.agentrl_args.engine_device)
+        share_frozen_weights(model, self.model)
         threads = self.agentrl_args.engine_threads or None
         return LocalEngine.from_model(model, self.processing_class, max_batch=max_batch, name=name, num_threads=threads)
 
@@ -207,6 +217,7 @@ class AgentRLTrainer(GRPOTrainer):
             constrain_tool_calls=args.constrain_tool_calls,
             close_calls_in_budget=args.close_calls_in_budget,
             text_answer_tasks=tuple(args.text_answer_tasks),
+            seed=args.seed + self.accelerator.process_index,  # each data-parallel process its own draws
         )
 
     def start_rollouts(self) -> RolloutPipeline:
@@ -246,15 +257,19 @@ class AgentRLTrainer(GRPOTrainer):
         return self.pipeline
 
     def stop_rollouts(self) -> None:
-        if self.pipeline is not None:
-            self.pipeline.stop()
-            self.pipeline = None
-        for e in self.engines:
+        """Stop the pipeline, close the engines, stop the embedded stack. Safe to call from another
+        thread than training's (an interrupted run stops them from its main thread), and twice:
+        each thing is taken under a lock, so only one caller stops it."""
+        with self._stopping:
+            pipeline, self.pipeline = self.pipeline, None
+            engines, self.engines = self.engines, []
+            stack, self._stack = self._stack, None
+        if pipeline is not None:
+            pipeline.stop()
+        for e in engines:
             e.close()
-        self.engines = []
-        if self._stack is not None:
-            self._stack.__exit__(None, None, None)
-            self._stack = None
+        if stack is not None:
+            stack.__exit__(None, None, None)
             self.controller_url = self.agentrl_args.controller_url or None
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
@@ -291,7 +306,7 @@ class AgentRLTrainer(GRPOTrainer):
         args = self.agentrl_args
         if args.rollout_mode == "sync":
             return self.pipeline.collect(args.max_groups_per_step)
-        return self.pipeline.get_batch(args.min_groups_per_step, args.max_groups_per_step)
+        return self.pipeline.get_batch(args.min_groups_per_step)
 
     def _prepare_inputs(self, generation_batch: Any) -> TrainBatch:  # type: ignore[override]
         waited = time.monotonic()
@@ -340,6 +355,11 @@ class AgentRLTrainer(GRPOTrainer):
         raw = [e.reward for e in batch.episodes]
         m["reward/mean"] = sum(raw) / len(raw)
         m["reward/shaped_mean"] = float(batch.rewards.mean())
+        # exploration: the share of groups whose (shaped) rewards differ, the groups with a signal
+        by_group: dict[int, set[float]] = defaultdict(set)
+        for e, r in zip(batch.episodes, batch.rewards.tolist(), strict=True):
+            by_group[e.spec.group_id].add(r)
+        m["rollout/mixed_reward_groups"] = sum(len(v) > 1 for v in by_group.values()) / len(by_group)
         turns = [t for e in batch.episodes if e.trajectory for t in e.trajectory.turns]
         m["rollout/turns_per_episode"] = len(turns) / len(batch.episodes)
         if turns:
@@ -374,27 +394,32 @@ class AgentRLTrainer(GRPOTrainer):
         sharded = self._dist.is_zero3 or self._dist.is_fsdp
         return self.agentrl_args.share_prompt_prefix and not self.args.gradient_checkpointing and not sharded
 
-    def _token_logprobs(self, model: Any, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return token_logprobs(model, rows, self.temperature, share_head=self._shares_head())
+    def _token_logprobs(self, model: Any, rows: dict[str, torch.Tensor]) -> TokenLogprobs:
+        recompute = self.agentrl_args.recompute_activations and model.training and torch.is_grad_enabled()
+        return token_logprobs(model, rows, self.temperature, share_head=self._shares_head(), recompute=recompute)
 
-    def _micro_loss(self, model: Any, rows: dict[str, torch.Tensor], normalizer: float) -> Any:
+    def _micro_loss(self, model: Any, rows: dict[str, torch.Tensor], normalizer: float, *, record: bool = True) -> Any:
         device = self.accelerator.device
         rows = {k: v.to(device) for k, v in rows.items()}
-        logp, cols = self._token_logprobs(model, rows)
+        scored = self._token_logprobs(model, rows)
+        logp, cols = scored.logp, scored.cols
         ref = None
         if self.beta != 0.0:
             with torch.no_grad():
                 unwrapped = self.accelerator.unwrap_model(model)
                 if self.ref_model is not None:
-                    ref, _ = self._token_logprobs(self.ref_model, rows)
+                    ref = self._token_logprobs(self.ref_model, rows).logp
                 else:
                     with unwrapped.disable_adapter():
-                        ref, _ = self._token_logprobs(model, rows)
+                        ref = self._token_logprobs(model, rows).logp
+        mask = rows["loss_mask"][:, cols]
+        if record:
+            self._ratio_diagnostics(rows, scored, mask)
         return policy_loss(
             logp,
             rows["old_logprobs"][:, cols],
             rows["advantages"][:, cols],
-            rows["loss_mask"][:, cols],
+            mask,
             ref,
             clip_eps=self.epsilon_low,
             clip_eps_high=self.epsilon_high,
@@ -402,6 +427,40 @@ class AgentRLTrainer(GRPOTrainer):
             kl_coef=self.beta,
             normalizer=normalizer,
         )
+
+    @torch.no_grad()
+    def _ratio_diagnostics(self, rows: dict[str, torch.Tensor], scored: TokenLogprobs, mask: torch.Tensor) -> None:
+        """Adds one micro-batch to the step's importance-ratio record (:attr:`ratio_outliers`):
+        the unconstrained log ratio (what the ratio would be without the grammar's mask, the
+        definition of the first ablation's runs) and the tokens with the largest |log ratio| of
+        either kind."""
+        cols, m = scored.cols, mask.bool()
+        ratio = (scored.logp.detach() - rows["old_logprobs"][:, cols]) * m  # (R, K)
+        free = (scored.free - rows["old_free_logprobs"][:, cols]) * m  # (R, K)
+        acc = self._ratio_step
+        acc["free_log_ratio_abs_max"] = max(acc.get("free_log_ratio_abs_max", 0.0), float(free.abs().max(initial=0.0)))
+        acc["free_log_ratio_over_1"] = acc.get("free_log_ratio_over_1", 0.0) + float((free.abs() > 1.0).sum())
+        at = rows.get("allowed_at")
+        restricted = torch.zeros_like(m)
+        if at is not None and at.numel():
+            restricted[at[:, 0], torch.searchsorted(cols, at[:, 1].contiguous())] = True
+        tokens = acc.setdefault("tokens", [])
+        for values in (ratio, free):
+            for flat in values.abs().flatten().topk(min(3, int(m.sum()))).indices.tolist():
+                r, k = divmod(flat, m.shape[1])
+                c = int(cols[k])  # the token's column
+                token = int(rows["input_ids"][r, c])
+                tokens.append(
+                    {
+                        "token": token,
+                        "text": self.processing_class.decode([token]),
+                        "log_ratio": float(ratio[r, k]),
+                        "free_log_ratio": float(free[r, k]),
+                        "old_logprob": float(rows["old_logprobs"][r, c]),
+                        "old_free_logprob": float(rows["old_free_logprobs"][r, c]),
+                        "grammar_restricted": bool(restricted[r, k]),
+                    }
+                )
 
     def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
         batch: TrainBatch = inputs
@@ -459,18 +518,33 @@ class AgentRLTrainer(GRPOTrainer):
         loss_total = torch.zeros((), device=self.accelerator.device)
         chunks = self._micro_batches(batch)
         normalizer, planned = self._step_plan(total, len(chunks))
+        self._ratio_step = {}
+        peaks: dict[str, float] = {"log_ratio_abs_max": 0.0, "log_ratio_over_1": 0.0}
         for i in range(planned):
             padding = i >= len(chunks)  # a repeat of the first micro-batch, weighted 0
             rows = batch.select(chunks[0] if padding else chunks[i])
             weight = 0.0 if padding else float(rows["loss_mask"][:, 1:].sum()) / max(total, 1.0)
             with self._gradient_sync(model, sync=i == planned - 1):
                 with self.compute_loss_context_manager():
-                    terms = self._micro_loss(model, rows, normalizer)
+                    terms = self._micro_loss(model, rows, normalizer, record=not padding)
                 loss = terms.loss * 0.0 if padding else terms.loss
                 self.accelerator.backward(loss)
             loss_total += loss.detach()
             for key in ("pg_loss", "kl", "clip_fraction", "dual_clip_fraction", "ratio_mean"):
                 sums[key] += float(getattr(terms, key)) * weight
+            if not padding:
+                peaks["log_ratio_abs_max"] = max(peaks["log_ratio_abs_max"], float(terms.log_ratio_abs_max))
+                peaks["log_ratio_over_1"] += float(terms.log_ratio_over_1)
+        tokens = self._ratio_step.pop("tokens", [])
+        sums.update(peaks)
+        sums.update(self._ratio_step)  # the unconstrained ratio's maximum and count
+        self.ratio_outliers.append(
+            {
+                "step": self.state.global_step + 1,
+                "largest": sorted(tokens, key=lambda t: -abs(t["log_ratio"]))[:3],
+                "largest_unconstrained": sorted(tokens, key=lambda t: -abs(t["free_log_ratio"]))[:3],
+            }
+        )
         for key, value in sums.items():
             self._metrics["train"][f"loss/{key}"].append(value)
         self._metrics["train"]["time/train_s"].append(time.monotonic() - started)

@@ -16,7 +16,9 @@ shorter one), the episode *forks*: the held tokens close one training row and a 
 from the freshly rendered prompt; both rows carry the episode's advantage.
 
 Masks: 1 on tokens an engine sampled (they carry that engine's logprobs), 0 on everything else:
-prompt, environment output, template glue, forced prefix tokens.
+prompt, environment output, template glue, forced prefix tokens. A sampled token the tool-call
+grammar restricted also keeps the set of tokens it was drawn from (``Segment.allowed``), so the
+trainer recomputes its logprob under the same restriction (docs/trainer.md, "Tool-call grammar").
 """
 
 from __future__ import annotations
@@ -33,20 +35,42 @@ __all__ = ["Segment", "TokenTrajectory", "TurnRecord"]
 
 @dataclass
 class Segment:
-    """One training row: token ids, loss mask and the rollout logprob of each token (0 off-mask)."""
+    """One training row: token ids, loss mask and the rollout logprob of each token (0 off-mask).
+
+    ``logprobs`` are the behaviour policy's (the distribution each token was drawn from);
+    ``free_logprobs`` the engine's unconstrained ones (equal where the grammar restricted nothing);
+    ``allowed`` maps a position to the packed set of tokens its token was drawn from, for the
+    tokens the grammar restricted."""
 
     input_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    free_logprobs: list[float] = field(default_factory=list)
+    allowed: dict[int, Any] = field(default_factory=dict)
 
-    def extend(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
-        if logprobs is not None and len(logprobs) != len(ids):
-            raise ValueError(f"{len(ids)} ids but {len(logprobs)} logprobs")
+    def extend(
+        self,
+        ids: Sequence[int],
+        mask: int,
+        logprobs: Sequence[float] | None = None,
+        *,
+        allowed: Sequence[Any] | None = None,
+        free_logprobs: Sequence[float] | None = None,
+    ) -> None:
+        for name, values in (("logprobs", logprobs), ("allowed", allowed), ("free_logprobs", free_logprobs)):
+            if values is not None and len(values) != len(ids):
+                raise ValueError(f"{len(ids)} ids but {len(values)} {name}")
         if mask and logprobs is None:
             raise ValueError("trained tokens need the logprobs of the engine that sampled them")
+        start = len(self.input_ids)
+        for i, bits in enumerate(allowed or ()):
+            if bits is not None:
+                self.allowed[start + i] = bits
         self.input_ids.extend(ids)
         self.loss_mask.extend([mask] * len(ids))
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+        free = free_logprobs if free_logprobs is not None else logprobs
+        self.free_logprobs.extend(free if free is not None else [0.0] * len(ids))
 
 
 @dataclass(frozen=True)
@@ -147,15 +171,18 @@ class TokenTrajectory:
         engine: int = 0,
         version: int = 0,
         lagging: bool = False,
+        allowed: Sequence[Any] | None = None,
+        free_logprobs: Sequence[float] | None = None,
     ) -> None:
-        """Record the engine's sampled ids (mask 1, with its logprobs).
+        """Record the engine's sampled ids (mask 1, with its logprobs and, where the grammar
+        restricted a token, the tokens it was drawn from: see :class:`Segment`).
 
         ``n_messages``: the length of the conversation once the parsed assistant message is
         appended to it (the point up to which the next render counts as history).
         """
         if not self.segments:
             raise RuntimeError("add_completion before next_prompt")
-        self.segments[-1].extend(list(completion_ids), 1, list(logprobs))
+        self.segments[-1].extend(list(completion_ids), 1, list(logprobs), allowed=allowed, free_logprobs=free_logprobs)
         self._last_stopped = bool(completion_ids) and completion_ids[-1] in self.stop_token_ids
         self._through_assistant = n_messages
         self.turns.append(TurnRecord(engine, version, lagging, len(completion_ids), self._last_stopped))

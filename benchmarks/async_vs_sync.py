@@ -11,8 +11,8 @@ trained on. Two parts:
   episode takes a geometric number of turns (a second long tail). The "trainer" is simulated
   too: a fixed ``--train-s`` sleep per step stands in for the optimizer step, then
   ``pipeline.publish(step, {})`` (a simulated engine only takes the version number). Sync: per
-  step ``collect(groups)`` then train; async: per step ``get_batch(min_groups, groups)`` then
-  train. This measures the scheduling alone; target: async ≥ 2× sync.
+  step ``collect(groups)`` then train; async: per step ``get_batch(min_groups)`` (every complete
+  group queued, at most the capacity) then train. This measures the scheduling alone; target: async ≥ 2× sync.
 * ``--part real`` — the real thing on the CPU: ``AgentRLTrainer`` (SmolLM2-135M, LoRA, the
   transformers ``LocalEngine``) on ``echo``, sync then async, same settings and step count.
   Rollout and training share the machine's cores here, so async can only overlap what the cores
@@ -110,7 +110,7 @@ def run_sim_mode(mode: str, a: argparse.Namespace, url: str, tokenizer: Any, ind
             if mode == "sync":
                 groups = pipeline.collect(a.groups)
             else:
-                groups = pipeline.get_batch(a.min_groups, a.groups, timeout=600)
+                groups = pipeline.get_batch(a.min_groups, timeout=600)
             waits.append(time.monotonic() - t)
             for g in groups:
                 for e in g.episodes:

@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from agentrl_trainer.batch import TrainBatch
+from agentrl_trainer.batch import TrainBatch, select_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -85,13 +85,35 @@ class SavedBatch:
     advantages: torch.Tensor
     row_task: list[str]
     turns: int
+    # saved since the grammar's behaviour policy (docs/trainer.md); batches saved before have none
+    old_free_logprobs: torch.Tensor | None = None
+    allowed_at: torch.Tensor | None = None
+    allowed_bits: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.old_free_logprobs is None:
+            self.old_free_logprobs = self.old_logprobs
+        if self.allowed_at is None or self.allowed_bits is None:
+            self.allowed_at = torch.zeros((0, 2), dtype=torch.long)
+            self.allowed_bits = torch.zeros((0, 0), dtype=torch.uint8)
 
     @classmethod
     def of(cls, b: Any) -> SavedBatch:
         if isinstance(b, SavedBatch):
             return b
         turns = sum(len(e.trajectory.turns) for e in b.episodes if e.trajectory)
-        return cls(b.input_ids, b.attention_mask, b.loss_mask, b.old_logprobs, b.advantages, b.row_task, turns)
+        return cls(
+            b.input_ids,
+            b.attention_mask,
+            b.loss_mask,
+            b.old_logprobs,
+            b.advantages,
+            b.row_task,
+            turns,
+            b.old_free_logprobs,
+            b.allowed_at,
+            b.allowed_bits,
+        )
 
     def head_prefixes(self) -> list[tuple[int, ...]]:
         return TrainBatch.head_prefixes(self)  # type: ignore[arg-type]
@@ -100,7 +122,7 @@ class SavedBatch:
         return TrainBatch.row_lengths(self)  # type: ignore[arg-type]
 
     def select(self, rows: list[int]) -> dict[str, torch.Tensor]:
-        return TrainBatch.select(self, rows)  # type: ignore[arg-type]
+        return select_rows(self, rows)
 
 
 def batch_stats(batch: Any, chunks: list[list[int]]) -> dict[str, Any]:
@@ -133,7 +155,7 @@ def step_logprobs(trainer: Any, batch: Any, *, bf16: bool, padded: bool = False)
         rows = batch.select(chunk)
         t = time.monotonic()
         with cast:
-            logp, cols = trainer._token_logprobs(model, rows)
+            logp, cols, _ = trainer._token_logprobs(model, rows)
         from agentrl_trainer.loss import policy_loss
 
         terms = policy_loss(

@@ -30,7 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 
@@ -38,7 +38,18 @@ if TYPE_CHECKING:
     from .engine import TransformersEngine
     from .grammar import ToolCallGrammar
 
-__all__ = ["DecodeBatch", "DecodeRow", "PrefixCache", "StopReason", "prepare_rows", "sample_tokens", "shared_head_length"]
+__all__ = [
+    "DecodeBatch",
+    "DecodeRow",
+    "PrefixCache",
+    "Sampled",
+    "StopReason",
+    "pack_token_mask",
+    "prepare_rows",
+    "sample_tokens",
+    "shared_head_length",
+    "unpack_token_mask",
+]
 
 StopReason = Literal["stop", "length", "repetition", "deadline", "cancelled"]
 
@@ -52,7 +63,12 @@ class DecodeRow:
 
     ``temperature`` 0 is greedy. ``logprobs[i]`` is log p(``completion_ids[i]``) under
     softmax(logits / temperature) (plain softmax when greedy), before top-p and before the grammar:
-    the policy a trainer recomputes from the same weights. The stop token, when sampled, is the
+    the model's own distribution. ``sampled_logprobs[i]`` is its log-probability under the
+    distribution it was actually drawn from: the same softmax renormalized over the tokens the
+    grammar allowed at that step (before top-p), and ``allowed[i]`` those tokens
+    (:func:`pack_token_mask`; ``None`` where every token was allowed, and then
+    ``sampled_logprobs[i] == logprobs[i]``): the behaviour policy a trainer recomputes under the
+    same mask (docs/trainer.md, "Tool-call grammar"). The stop token, when sampled, is the
     last id. ``matcher``: an xgrammar matcher (the batch needs the grammar that made it); the row
     samples only tokens it allows. ``deadline`` (``time.monotonic()``) and ``repetition_window``
     (stop once the last that many tokens repeat a cycle of at most a quarter of it; 0: off) bound
@@ -78,6 +94,8 @@ class DecodeRow:
     close_in_budget: bool = False
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    sampled_logprobs: list[float] = field(default_factory=list)
+    allowed: list[torch.Tensor | None] = field(default_factory=list)
     stop_reason: StopReason | None = None
     _generator: torch.Generator | None = field(default=None, repr=False)
     _runs: list[int] = field(default_factory=list, repr=False)  # _runs[p-1]: tokens equal to the one p back, in a row
@@ -86,9 +104,22 @@ class DecodeRow:
     def done(self) -> bool:
         return self.stop_reason is not None
 
-    def _accept(self, token: int, logprob: float, stop_ids: frozenset[int]) -> None:
+    def _take(self, drawn: Sampled, i: int, stop_ids: frozenset[int]) -> None:
+        """Take row ``i`` of a :func:`sample_tokens` result."""
+        self._accept(int(drawn.tokens[i]), float(drawn.logprobs[i]), stop_ids, float(drawn.sampled_logprobs[i]), drawn.allowed[i])
+
+    def _accept(
+        self,
+        token: int,
+        logprob: float,
+        stop_ids: frozenset[int],
+        sampled_logprob: float | None = None,
+        allowed: torch.Tensor | None = None,
+    ) -> None:
         self.completion_ids.append(token)
         self.logprobs.append(logprob)
+        self.sampled_logprobs.append(logprob if sampled_logprob is None else sampled_logprob)
+        self.allowed.append(allowed)
         if self.on_token is not None:
             self.on_token(token)
         if token in stop_ids:
@@ -163,12 +194,43 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.full_like(logits, float("-inf")).scatter(0, order, sorted_logits)
 
 
-def sample_tokens(
-    logits: torch.Tensor, rows: Sequence[DecodeRow], grammar: ToolCallGrammar | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next ids (B,) and their logprobs (B,) for ``logits`` (B, V), each row with its own
-    temperature, top-p, generator and grammar matcher. The logprobs are those of the
-    unconstrained softmax(logits / temperature).
+_BITS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
+
+
+def pack_token_mask(mask: torch.Tensor) -> torch.Tensor:
+    """A boolean mask over the vocabulary, 8 tokens a byte: (..., V) bool -> (..., ceil(V / 8)) uint8.
+    A sampled token's allowed set costs 6 KB for SmolLM2's 49,152 tokens, not 48."""
+    pad = (-mask.shape[-1]) % 8
+    m = torch.nn.functional.pad(mask, (0, pad)) if pad else mask
+    return (m.reshape(*m.shape[:-1], -1, 8).to(torch.uint8) * _BITS).sum(dim=-1, dtype=torch.uint8)
+
+
+def unpack_token_mask(packed: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The inverse of :func:`pack_token_mask`: (..., W) uint8 -> (..., vocab) bool (cut or padded
+    with False to ``vocab``)."""
+    bits = (packed.unsqueeze(-1) & _BITS.to(packed.device)) != 0  # (..., W, 8)
+    flat = bits.flatten(-2)
+    if flat.shape[-1] < vocab:
+        flat = torch.nn.functional.pad(flat, (0, vocab - flat.shape[-1]))
+    return flat[..., :vocab]
+
+
+class Sampled(NamedTuple):
+    """What :func:`sample_tokens` returns for a batch of B rows."""
+
+    tokens: torch.Tensor  # (B,) the next ids
+    logprobs: torch.Tensor  # (B,) under the unconstrained softmax(logits / temperature)
+    sampled_logprobs: torch.Tensor  # (B,) under the distribution drawn from (grammar-masked, renormalized)
+    allowed: list[torch.Tensor | None]  # per row: the packed tokens it was drawn from; None: all
+
+
+def sample_tokens(logits: torch.Tensor, rows: Sequence[DecodeRow], grammar: ToolCallGrammar | None) -> Sampled:
+    """Next ids (B,) for ``logits`` (B, V), each row with its own temperature, top-p, generator
+    and grammar matcher, and their logprobs: under the unconstrained softmax(logits /
+    temperature), and under the distribution each was drawn from (the grammar's allowed tokens
+    renormalized; before top-p), with the allowed set where the grammar excluded any token. A
+    token that ``close_in_budget`` put in place of the drawn one is recorded as forced
+    (``sampled_logprobs`` 0, allowed: itself alone): the policy did not choose it.
 
     A sampled row draws one uniform number from its generator and takes the token where it falls
     in the cumulative distribution (inverse CDF). ``torch.multinomial`` draws an exponential
@@ -214,14 +276,30 @@ def sample_tokens(
                 sub[j] = top_p_filter(sub[j], rows[i].top_p)
         u = torch.cat([torch.rand(1, generator=rows[i]._generator) for i in sampled])  # (S,)
         tokens[pick] = inverse_cdf(torch.softmax(sub, dim=-1), u)
+    replaced = set()
     for i, plan in plans.items():
         if not _still_closable(rows[i], grammar, int(tokens[i])):
             tokens[i] = plan[0] if plan else grammar.stop_token_ids[0]
+            replaced.add(i)
     for i in constrained:
         if not rows[i].matcher.accept_token(int(tokens[i])):
             raise RuntimeError(f"the grammar rejected the token it allowed ({int(tokens[i])})")
     chosen = logits.gather(1, tokens[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)  # (B,)
-    return tokens, chosen
+    drawn = chosen.clone()  # (B,)
+    allowed: list[torch.Tensor | None] = [None] * B
+    for i in constrained:
+        token = int(tokens[i])
+        ok = torch.isfinite(masked[i])  # (V,) the tokens this row was drawn from
+        if i in replaced:
+            ok = torch.zeros_like(ok)
+            ok[token] = True
+            drawn[i] = 0.0
+        elif bool(ok.all()):
+            continue  # the grammar allowed everything here: the drawn distribution is the model's
+        else:
+            drawn[i] = masked[i, token] - torch.logsumexp(masked[i], dim=-1)
+        allowed[i] = pack_token_mask(ok)
+    return Sampled(tokens, chosen, drawn, allowed)
 
 
 def _tokens_left(row: DecodeRow) -> int:
@@ -383,10 +461,11 @@ class DecodeBatch:
         if not rows:
             return []
         cache, attn, logits = self._prefill([r.prompt_ids for r in rows])
-        tokens, chosen = self._sample(logits, list(rows))
+        drawn = self._sample(logits, list(rows))
+        tokens = drawn.tokens
         ended, live = [], []
         for i, r in enumerate(rows):
-            r._accept(int(tokens[i]), float(chosen[i]), engine.stop_token_ids)
+            r._take(drawn, i, engine.stop_token_ids)
             (ended if r.done else live).append(i)
         if live:
             keep = torch.tensor(live)
@@ -490,10 +569,10 @@ class DecodeBatch:
                 **{engine._cache_kwarg: self._cache},
             )
         self.steps += 1
-        tokens, chosen = self._sample(out.logits[:, -1].float(), self.rows)
+        drawn = self._sample(out.logits[:, -1].float(), self.rows)
         for i, r in enumerate(self.rows):
-            r._accept(int(tokens[i]), float(chosen[i]), engine.stop_token_ids)
-        self._next, self._pos = tokens, self._pos + 1
+            r._take(drawn, i, engine.stop_token_ids)
+        self._next, self._pos = drawn.tokens, self._pos + 1
         finished = [r for r in self.rows if r.done]
         if finished:
             self._drop()
@@ -515,7 +594,7 @@ class DecodeBatch:
             layer.values = layer.values[index, :, start:]
         self._attn = self._attn[:, start:]
 
-    def _sample(self, logits: torch.Tensor, rows: list[DecodeRow]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(self, logits: torch.Tensor, rows: list[DecodeRow]) -> Sampled:
         return sample_tokens(logits, rows, self.grammar)
 
 

@@ -253,10 +253,10 @@ class FastDecodeBatch:
                 start = len(head) if head is not None else 0
                 self._start = torch.cat([self._start, torch.tensor([start])])
                 self._own = torch.cat([self._own, torch.tensor([len(p) - start])])
-        tokens, chosen = sample_tokens(torch.cat(logits), list(rows), self.grammar)
+        drawn = sample_tokens(torch.cat(logits), list(rows), self.grammar)
         for i, r in enumerate(rows):
-            r._accept(int(tokens[i]), float(chosen[i]), engine.stop_token_ids)
-        self._next = torch.cat([self._next, tokens])
+            r._take(drawn, i, engine.stop_token_ids)
+        self._next = torch.cat([self._next, drawn.tokens])
         ended = [r for r in rows if r.done]
         if ended:
             self._drop()
@@ -381,10 +381,10 @@ class FastDecodeBatch:
             logits = m.logits(x)
         self.steps += 1
         self._own = own + 1
-        tokens, chosen = sample_tokens(logits, self.rows, self.grammar)
+        drawn = sample_tokens(logits, self.rows, self.grammar)
         for i, r in enumerate(self.rows):
-            r._accept(int(tokens[i]), float(chosen[i]), engine.stop_token_ids)
-        self._next = tokens
+            r._take(drawn, i, engine.stop_token_ids)
+        self._next = drawn.tokens
         finished = [r for r in self.rows if r.done]
         if finished:
             self._drop()

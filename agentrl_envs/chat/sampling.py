@@ -13,7 +13,9 @@ draws the same tokens whether or not it shares the batch, up to float rounding o
 forward) and, given ``tools``, the tool-call grammar of those tools (:mod:`.grammar`).
 
 :meth:`BatchSampler.exclusive` drains the batch and holds new requests back while the caller
-changes the weights, so no completion mixes two weight versions.
+changes the weights, so no completion mixes two weight versions; the caller labels the new
+weights there (``weights_version``) and every completion carries the label of the weights that
+sampled it.
 
 On two CPU cores, 16 concurrent requests decode at several times the tokens/s of one:
 ``benchmarks/model_server.py`` measures it.
@@ -40,11 +42,14 @@ log = logging.getLogger(__name__)
 
 
 class Completion(NamedTuple):
-    """What :meth:`BatchSampler.generate` returns."""
+    """What :meth:`BatchSampler.generate` returns (the logprobs' contract: :class:`.decode.DecodeRow`)."""
 
     completion_ids: list[int]
-    logprobs: list[float]
+    logprobs: list[float]  # under the model's own softmax(logits / temperature)
     stop_reason: StopReason
+    sampled_logprobs: list[float]  # under the distribution drawn from (the grammar's allowed tokens)
+    allowed: list[Any]  # per token, the packed allowed tokens (decode.pack_token_mask); None: all
+    weights_version: int  # BatchSampler.weights_version when it was sampled
 
 
 class _Request:
@@ -68,7 +73,9 @@ class BatchSampler:
     kept for reuse (0: off). ``busy_seconds`` (wall time with rows decoding), ``steps`` (batched
     forward passes), ``batches`` (admissions: prefills of one or more requests) and
     ``generated_tokens`` count the work done. ``close()`` stops the thread after the current step;
-    requests still waiting or decoding then fail with ``RuntimeError``.
+    requests still waiting or decoding then fail with ``RuntimeError``. ``weights_version``: a
+    label of the weights, set by whoever changes them (inside :meth:`exclusive`, where nothing
+    decodes); each :class:`Completion` carries the value it was sampled under.
     """
 
     def __init__(
@@ -88,6 +95,7 @@ class BatchSampler:
         self.prefix_cache = engine.new_prefix_cache(prefix_cache_tokens)
         self.batches = 0
         self.generated_tokens = 0
+        self.weights_version = 0
         self._busy_done = 0.0
         self._busy_since: float | None = None
         self._queue: queue.Queue[_Request | None] = queue.Queue()
@@ -310,7 +318,16 @@ class BatchSampler:
             if req is None:
                 continue
             self.generated_tokens += len(row.completion_ids)
-            result = Completion(row.completion_ids, row.logprobs, row.stop_reason or "length")
+            # weights change only inside exclusive(), with no row decoding: the label now is the
+            # label of the weights that sampled every token of this row
+            result = Completion(
+                row.completion_ids,
+                row.logprobs,
+                row.stop_reason or "length",
+                row.sampled_logprobs,
+                row.allowed,
+                self.weights_version,
+            )
             req.loop.call_soon_threadsafe(_settle, req.future, result, None)
 
 

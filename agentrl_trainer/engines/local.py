@@ -10,6 +10,8 @@ import torch
 from agentrl_envs.chat.engine import TransformersEngine
 from agentrl_envs.chat.sampling import BatchSampler
 
+from ..rollout import TurnSample
+
 __all__ = ["LocalEngine"]
 
 
@@ -23,7 +25,9 @@ class LocalEngine:
     request with ``tools`` is sampled under the tool-call grammar (:mod:`agentrl_envs.chat.grammar`):
     exactly one well-formed call to one of them, or with ``call_required=False`` any text in which
     a call, once opened, is well-formed; with ``close_in_budget`` a call still open when the turn's
-    tokens are nearly spent is completed rather than cut.
+    tokens are nearly spent is completed rather than cut. Its logprobs are the behaviour policy's:
+    under the distribution each token was drawn from, the grammar's allowed tokens (returned with
+    them) renormalized. A ``seed`` seeds the turn's generator.
     """
 
     def __init__(
@@ -69,11 +73,26 @@ class LocalEngine:
         *,
         call_required: bool = True,
         close_in_budget: bool = False,
-    ) -> tuple[list[int], list[float]]:
+        seed: int | None = None,
+    ) -> TurnSample:
         done = await self.sampler.generate(
-            prompt_ids, max_tokens, temperature, top_p, tools=tools, call_required=call_required, close_in_budget=close_in_budget
+            prompt_ids,
+            max_tokens,
+            temperature,
+            top_p,
+            tools=tools,
+            seed=seed,
+            call_required=call_required,
+            close_in_budget=close_in_budget,
         )
-        return done.completion_ids, done.logprobs
+        restricted = any(a is not None for a in done.allowed)
+        return TurnSample(
+            done.completion_ids,
+            done.sampled_logprobs,
+            done.weights_version,
+            done.allowed if restricted else None,
+            done.logprobs,
+        )
 
     def load_weights(self, named: Mapping[str, torch.Tensor], version: int) -> None:
         """Copy ``named`` tensors into the model (in place, with no turn decoding) and set ``version``.
@@ -83,6 +102,7 @@ class LocalEngine:
         with self.sampler.exclusive():
             self.engine.load_state_dict(named, strict=False)
             self.version = version
+            self.sampler.weights_version = version  # the label each completion carries
 
     def close(self) -> None:
         self.sampler.close()

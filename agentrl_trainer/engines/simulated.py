@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..rollout import TurnSample
 from .busy import BusyClock
 
 __all__ = ["SimulatedEngine"]
@@ -59,13 +60,16 @@ class SimulatedEngine:
         *,
         call_required: bool = True,
         close_in_budget: bool = False,
-    ) -> tuple[list[int], list[float]]:
-        # tools, call_required and close_in_budget (a tool-call constraint) are ignored: the reply comes from ``respond``
+        seed: int | None = None,
+    ) -> TurnSample:
+        # tools, call_required and close_in_budget (a tool-call constraint) are ignored: the reply
+        # comes from ``respond``; ``seed`` too (the latency draws come from the engine's own seed)
+        version = self.version  # a turn is labelled with the weights it started under
         with self._clock.busy():
             await asyncio.sleep(self.latency())
         text = self.respond(self.tokenizer.decode(prompt_ids))
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])[: max(max_tokens - 1, 0)] + [self.stop_token_id]
-        return ids, [-1.0] * len(ids)
+        return TurnSample(ids, [-1.0] * len(ids), version)
 
     def load_weights(self, named: Mapping[str, torch.Tensor], version: int) -> None:
         self.version = version

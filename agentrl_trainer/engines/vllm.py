@@ -64,6 +64,7 @@ import torch
 
 from agentrl_envs.errors import ContextLimitError, ModelServerError
 
+from ..rollout import TurnSample
 from .busy import BusyClock
 
 __all__ = ["GRAMMAR_REFUSAL", "NcclWeightSender", "VLLMEngine", "VLLMEngineError", "WeightSender", "end_of_turn_token_ids"]
@@ -402,10 +403,11 @@ class VLLMEngine:
         *,
         call_required: bool = True,
         close_in_budget: bool = False,
-    ) -> tuple[list[int], list[float]]:
-        """Sample one turn: ``(completion ids, their logprobs)``; see the module docstring.
-        ``call_required`` and ``close_in_budget`` qualify a grammar, which this engine refuses, so
-        they are ignored."""
+        seed: int | None = None,
+    ) -> TurnSample:
+        """Sample one turn: its ids, their logprobs and the version of the weights that sampled it;
+        see the module docstring. ``seed`` goes to vLLM's per-request seed. ``call_required`` and
+        ``close_in_budget`` qualify a grammar, which this engine refuses, so they are ignored."""
         if tools:
             raise VLLMEngineError(GRAMMAR_REFUSAL)
         if self._broken is not None:
@@ -438,12 +440,14 @@ class VLLMEngine:
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
         }
+        if seed is not None:
+            body["seed"] = seed
         async with self._gate.turn() as version:
             with self._clock.busy():
                 answer = await self._complete(body, len(prompt))
         ids, logprobs = self._parse(answer)
         self._turn_version.set(version)
-        return ids, logprobs
+        return TurnSample(ids, logprobs, version)
 
     async def _complete(self, body: dict[str, Any], prompt_tokens: int) -> dict[str, Any]:
         try:

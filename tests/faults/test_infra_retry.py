@@ -143,7 +143,11 @@ class GatedEngine:
         self.gate = threading.Event()
         self.waiting = 0
 
-    async def generate(self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Any = None):
+    async def generate(
+        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Any = None, seed: Any = None
+    ) -> Any:
+        from agentrl_trainer.rollout import TurnSample
+
         prompt = self.tokenizer.decode(prompt_ids)
         turn = prompt.count("<|im_start|>assistant") - 1  # the prompt ends with the opened turn
         if turn >= 1 and not self.gate.is_set():
@@ -155,7 +159,7 @@ class GatedEngine:
         text = word if turn >= WRONG_TURNS else "nope"
         call = "<tool_call>\n" + json.dumps({"name": "echo", "arguments": {"text": text}}) + "\n</tool_call>"
         ids = list(self.tokenizer(call, add_special_tokens=False)["input_ids"]) + [self.stop_id]
-        return ids, [-1.0] * len(ids)
+        return TurnSample(ids, [-1.0] * len(ids), self.version)
 
 
 def test_the_trainer_rollout_drops_episodes_lost_to_a_controller_restart(faults):

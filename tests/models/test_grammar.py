@@ -238,8 +238,7 @@ def test_a_row_that_babbles_inside_a_string_ends_its_call_in_budget(engine: Tran
     logits[0, babble] = 50.0  # allowed only inside a string, where it always wins
     row = DecodeRow([1, 2, 3], max_tokens=80, temperature=0.0, matcher=grammar.matcher(TOOLS), close_in_budget=close)
     while not row.done:
-        tokens, chosen = sample_tokens(logits, [row], grammar)
-        row._accept(int(tokens[0]), float(chosen[0]), engine.stop_token_ids)
+        row._take(sample_tokens(logits, [row], grammar), 0, engine.stop_token_ids)
     # the call's own text takes ~20 tokens and its end 8 + the stop token: the rest is babble
     assert len(row.completion_ids) == 80 and row.completion_ids.count(babble) >= 30
     names = [t.function.name for t in TOOLS]
@@ -274,8 +273,7 @@ def test_a_token_that_pushes_the_completion_further_is_not_taken_when_it_would_n
     for budget in range(72, 80):  # every offset of the favourites' cycle against the budget's end
         row = DecodeRow([1, 2, 3], max_tokens=budget, temperature=0.0, matcher=grammar.matcher(TOOLS), close_in_budget=True)
         while not row.done:
-            tokens, chosen = sample_tokens(logits, [row], grammar)
-            row._accept(int(tokens[0]), float(chosen[0]), engine.stop_token_ids)
+            row._take(sample_tokens(logits, [row], grammar), 0, engine.stop_token_ids)
         assert sum(row.completion_ids.count(i) for i in ids) >= 5  # the favourites were taken while they fit
         assert row.stop_reason == "stop" and row.completion_ids[-1] in engine.stop_token_ids, budget
         parsed = parse_completion(engine.tokenizer.decode(row.completion_ids[:-1]), names)

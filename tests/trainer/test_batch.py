@@ -147,10 +147,37 @@ def test_rows_trims_to_the_longest_sequence() -> None:
     assert rows["input_ids"].tolist() == [[5, 6, 9]]
     assert rows["loss_mask"].tolist() == [[0, 0, 1]]
     assert rows["old_logprobs"].tolist() == [[0.0, 0.0, -1.0]]
-    assert set(rows) == {"input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages"}
+    assert set(rows) == {
+        "input_ids", "attention_mask", "loss_mask", "old_logprobs", "old_free_logprobs", "advantages", "allowed_at", "allowed_bits",
+    }  # fmt: skip
+    assert rows["old_free_logprobs"].tolist() == rows["old_logprobs"].tolist()  # no grammar: the same
+    assert rows["allowed_at"].shape == (0, 2)
     # row 0's last token (8) follows its last trained token: it cannot change a trained logprob
     assert b.rows(0, 2)["input_ids"].tolist() == [[5, 6, 7], [5, 6, 9]]
     assert b.row_lengths().tolist() == [3, 3]
+
+
+def test_grammar_restricted_tokens_keep_their_allowed_set_through_the_batch() -> None:
+    """A trained token the grammar restricted carries its packed allowed set and its unconstrained
+    logprob into the batch; a micro-batch of some rows gets their entries renumbered."""
+    restricted_a, restricted_b = torch.tensor([3], dtype=torch.uint8), torch.tensor([5], dtype=torch.uint8)
+    s0 = Segment()
+    s0.extend([5, 6], 0)
+    s0.extend([7, 8], 1, [-0.1, 0.0], allowed=[restricted_a, None], free_logprobs=[-2.0, -0.3])
+    s1 = Segment()
+    s1.extend([5], 0)
+    s1.extend([9], 1, [-0.7], allowed=[restricted_b], free_logprobs=[-0.9])
+    g = group(0, "a", [episode("a", 0, 0, 1.0, [s0]), episode("a", 0, 1, 0.0, [s1])])
+    b = build_batch([g], pad_token_id=PAD, task_norm=False)
+    assert b.allowed_at.tolist() == [[0, 2], [1, 1]] and b.allowed_bits.tolist() == [[3], [5]]
+    assert b.old_logprobs[0].tolist() == approx([0.0, 0.0, -0.1, 0.0])
+    assert b.old_free_logprobs[0].tolist() == approx([0.0, 0.0, -2.0, -0.3])
+    swapped = b.select([1, 0])
+    assert swapped["allowed_at"].tolist() == [[1, 2], [0, 1]] and swapped["allowed_bits"].tolist() == [[3], [5]]
+    alone = b.select([1])
+    assert alone["allowed_at"].tolist() == [[0, 1]] and alone["allowed_bits"].tolist() == [[5]]
+    with pytest.raises(ValueError, match="3 ids but 2 allowed"):
+        Segment().extend([1, 2, 3], 1, [0.0] * 3, allowed=[None, None])
 
 
 def test_micro_batches_cap_rows_and_padded_tokens() -> None:

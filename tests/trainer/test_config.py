@@ -60,7 +60,10 @@ def test_group_size_comes_from_num_generations(tmp_path: Path) -> None:
         ({"tasks": ["db", "os"], "task_weights": [1.0]}, "task_weights has 1 entries for 2 tasks"),
         ({"min_groups_per_step": 5, "max_groups_per_step": 4}, r"min_groups_per_step \(5\) <= max_groups_per_step \(4\)"),
         ({"min_groups_per_step": 0}, "min_groups_per_step"),
-        ({"max_groups_per_step": 4, "queue_capacity_groups": 3}, "queue_capacity_groups must be at least max_groups_per_step"),
+        (
+            {"max_groups_per_step": 4, "queue_capacity_groups": 3},
+            r"queue_capacity_groups \(3\) must be at least max_groups_per_step \(4\)",
+        ),
         ({"dual_clip": 1.0}, "dual_clip must be > 1"),
         ({"dual_clip": 0.5}, "dual_clip must be > 1"),
         ({"lagging_fraction": 1.0}, "lagging_fraction must be in"),

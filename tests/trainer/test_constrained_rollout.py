@@ -129,3 +129,77 @@ def test_close_calls_in_budget_ends_every_turn_with_a_valid_call() -> None:
         calls = parse_completion(tokenizer.decode(ids[:-1]), ["echo"]).tool_calls
         assert len(calls) == 1 and isinstance(json.loads(calls[0].function.arguments)["text"], str)
     assert any(len(ids) == 32 for ids in turns)  # some turns used the whole budget and were closed in it
+
+
+def test_a_token_the_grammar_forced_keeps_ratio_one_however_the_policy_moves() -> None:
+    """The behaviour policy under the grammar is the distribution a token was drawn from (the
+    model's softmax over the tokens the grammar allowed), and the trainer scores it the same way
+    (docs/trainer.md, "Tool-call grammar"). A token the grammar forced was drawn with probability
+    1: its recorded logprob is 0 and its importance ratio stays 1 after the policy learns to
+    prefer it unconstrained, where the unconstrained ratio (the first ablation's) explodes: there
+    a token the base model gives ~e^-13 that the policy comes to favour reads as a ratio of ~e^12.6.
+    Real SmolLM2 and grammar; the "learned" policy is the model with a bias on the LM head that
+    lifts the forced tokens."""
+    import asyncio
+
+    import torch
+
+    from agentrl_envs.chat.decode import unpack_token_mask
+    from agentrl_envs.schema import Message, ToolDefinition
+    from agentrl_trainer.logprobs import token_logprobs
+
+    echo = ToolDefinition.model_validate(
+        {
+            "type": "function",
+            "function": {
+                "name": "echo_the_given_text",
+                "description": "Echo text back.",
+                "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            },
+        }
+    )
+    chat = TransformersEngine()
+    engine = LocalEngine(chat, max_batch=2)
+    prompt = chat.encode_prompt([Message(role="user", content="Say hello.")], [echo])
+    try:
+        out = asyncio.run(engine.generate(prompt, 40, 0.7, 1.0, tools=[echo], seed=3))
+    finally:
+        engine.close()
+    assert out.allowed is not None and out.free_logprobs is not None
+
+    vocab = chat.model.config.vocab_size
+    sizes = [None if a is None else int(unpack_token_mask(a, vocab).sum()) for a in out.allowed]
+    forced = [i for i, n in enumerate(sizes) if n == 1]
+    assert forced and all(out.logprobs[i] == 0.0 for i in forced)  # drawn with probability 1
+    assert min(out.free_logprobs[i] for i in forced) < -1.0  # ... which the model alone would rarely pick
+
+    ids = torch.tensor([prompt + out.ids])
+    n = len(prompt)
+    rows = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "loss_mask": torch.tensor([[0] * n + [1] * len(out.ids)]),
+        "allowed_at": torch.tensor([[0, n + i] for i, a in enumerate(out.allowed) if a is not None]),
+        "allowed_bits": torch.stack([a for a in out.allowed if a is not None]),
+    }
+    old = torch.tensor(out.logprobs)
+    old_free = torch.tensor(out.free_logprobs)
+    model = chat.model
+    with torch.no_grad():
+        same = token_logprobs(model, rows, temperature=0.7, share_head=False)
+        assert torch.allclose(same.logp[0], old, atol=2e-3)  # the same weights: ratio 1 everywhere
+        assert torch.allclose(same.free[0], old_free, atol=2e-3)
+        head = model.lm_head
+        lifted = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+        lifted.weight = head.weight
+        lifted.bias.zero_()
+        lifted.bias[[out.ids[i] for i in forced]] = 15.0  # the policy now favours the forced tokens
+        model.lm_head = lifted
+        try:
+            moved = token_logprobs(model, rows, temperature=0.7, share_head=False)
+        finally:
+            model.lm_head = head
+    log_ratio = moved.logp[0] - old
+    free_log_ratio = moved.free[0] - old_free
+    assert float(log_ratio[forced].abs().max()) < 1e-4  # forced: no choice, ratio 1
+    assert float(free_log_ratio[forced].max()) > 5.0  # unconstrained, the ratio of a forced token explodes

@@ -51,7 +51,7 @@ def test_shared_head_matches_the_plain_forward_in_values_and_gradients() -> None
     results = []
     for share in (False, True):
         model.zero_grad()
-        logp, cols = token_logprobs(model, rows, temperature=0.7, share_head=share)
+        logp, cols, _ = token_logprobs(model, rows, temperature=0.7, share_head=share)
         (logp * rows["loss_mask"][:, cols]).sum().backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
         results.append((logp.detach(), cols, grads))
@@ -70,7 +70,7 @@ def test_logprobs_equal_a_direct_computation() -> None:
     model = _tiny_lora_model().eval()
     rows = _rows()
     with torch.no_grad():
-        logp, cols = token_logprobs(model, rows, temperature=1.0, share_head=True)
+        logp, cols, _ = token_logprobs(model, rows, temperature=1.0, share_head=True)
         full = torch.log_softmax(model(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"]).logits.float(), -1)
     expected = full[:, cols - 1].gather(-1, rows["input_ids"][:, cols][..., None])[..., 0]
     m = rows["loss_mask"][:, cols].bool()
@@ -91,7 +91,7 @@ def test_head_on_trained_tokens_only_matches_the_models_own_forward(monkeypatch)
         if not split:
             monkeypatch.setattr(lp, "_split_head", lambda _m: None)
         model.zero_grad()
-        logp, cols = token_logprobs(model, rows, temperature=0.7, share_head=True)
+        logp, cols, _ = token_logprobs(model, rows, temperature=0.7, share_head=True)
         (logp * rows["loss_mask"][:, cols]).sum().backward()
         results.append((logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}))
     (lp_split, g_split), (lp_full, g_full) = results
@@ -99,3 +99,74 @@ def test_head_on_trained_tokens_only_matches_the_models_own_forward(monkeypatch)
     assert torch.allclose(lp_split[m], lp_full[m], atol=1e-5) and bool((lp_split[~m] == 0).all())
     for name in g_full:
         assert torch.allclose(g_split[name], g_full[name], atol=1e-5), name
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_recomputed_activations_give_the_same_values_and_gradients_for_less_memory(share: bool) -> None:
+    """recompute=True keeps each decoder layer's input and a chunk of the head's logits, not the
+    layers' activations: the same logprobs and gradients (the shared head's cache included), and
+    far fewer bytes saved for the backward (counted with saved_tensors_hooks)."""
+    model = _tiny_lora_model()
+    model.train()
+    rows = _rows()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    results = []
+    for recompute in (False, True):
+        model.zero_grad()
+        saved: dict[int, int] = {}
+
+        def pack(t: torch.Tensor, saved: dict[int, int] = saved) -> torch.Tensor:
+            key = t.untyped_storage().data_ptr()
+            if key not in params:
+                saved[key] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logp, cols, _ = token_logprobs(model, rows, temperature=0.7, share_head=share, recompute=recompute, head_chunk=4)
+        (logp * rows["loss_mask"][:, cols]).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        results.append((logp.detach(), grads, sum(saved.values())))
+    (lp0, g0, kept0), (lp1, g1, kept1) = results
+    m = rows["loss_mask"][:, cols].bool()
+    assert torch.allclose(lp0[m], lp1[m], atol=1e-6)
+    for name in g0:
+        assert torch.allclose(g0[name], g1[name], atol=1e-6), name
+    assert kept1 < kept0 / 2, (kept0, kept1)
+    # the layers' own settings are back as they were: a later plain forward keeps its activations
+    assert not any(layer.gradient_checkpointing for layer in model.base_model.model.model.layers)
+
+
+def test_a_grammar_restricted_token_is_scored_over_its_allowed_tokens() -> None:
+    """A trained token drawn from a restricted set is scored under the softmax renormalized over
+    that set (with gradient); its unconstrained logprob comes back as ``free``. A token forced
+    (the set is itself alone) scores 0 whatever the model thinks of it."""
+    from agentrl_envs.chat.decode import pack_token_mask
+
+    model = _tiny_lora_model().eval()
+    rows = _rows()
+    vocab = model.config.vocab_size
+    t_free, t_some, t_forced = (0, 22), (1, 22), (2, 23)  # (row, column) of three trained tokens
+    some = torch.zeros(vocab, dtype=torch.bool)
+    some[[5, 6, 7, int(rows["input_ids"][t_some])]] = True
+    forced = torch.zeros(vocab, dtype=torch.bool)
+    forced[int(rows["input_ids"][t_forced])] = True
+    rows["allowed_at"] = torch.tensor([t_some, t_forced])
+    rows["allowed_bits"] = torch.stack([pack_token_mask(some), pack_token_mask(forced)])
+    with torch.no_grad():
+        logp, cols, free = token_logprobs(model, rows, temperature=0.7, share_head=True)
+        logits = model(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"]).logits.float() / 0.7
+    k = {c: i for i, c in enumerate(cols.tolist())}
+
+    def expected(at: tuple[int, int], allowed: torch.Tensor | None) -> float:
+        row, col = at
+        z = logits[row, col - 1]
+        if allowed is not None:
+            z = z.masked_fill(~allowed, float("-inf"))
+        return float(torch.log_softmax(z, -1)[rows["input_ids"][row, col]])
+
+    assert float(logp[t_free[0], k[t_free[1]]]) == pytest.approx(expected(t_free, None), abs=1e-5)
+    assert float(logp[t_some[0], k[t_some[1]]]) == pytest.approx(expected(t_some, some), abs=1e-5)
+    assert float(logp[t_forced[0], k[t_forced[1]]]) == 0.0
+    for at in (t_free, t_some, t_forced):
+        assert float(free[at[0], k[at[1]]]) == pytest.approx(expected(at, None), abs=1e-5)
+    assert expected(t_some, None) < expected(t_some, some)  # renormalizing over fewer tokens raises it

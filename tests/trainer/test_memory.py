@@ -41,3 +41,35 @@ def test_freed_heap_pages_go_back_to_the_os() -> None:
     after = _rss_mb()
     assert after < before - 100, (before, after)
     assert len(pins) == 3000
+
+
+def test_an_engine_copy_reads_the_frozen_weights_of_the_trained_model() -> None:
+    """share_frozen_weights: a copy of a LoRA model points its frozen (base) parameters at the
+    model's own tensors and keeps its own adapter, so an engine costs no second set of base
+    weights and a new adapter loaded into it leaves the trained model alone."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    from agentrl_trainer.distributed import build_copy, share_frozen_weights
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    )
+    model = peft.get_peft_model(transformers.LlamaForCausalLM(config), peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    copy_ = build_copy(model)
+    frozen = {n: p for n, p in model.named_parameters() if not p.requires_grad}
+    expected = sum(p.numel() * p.element_size() for p in frozen.values())
+    assert share_frozen_weights(copy_, model) == expected
+    theirs = dict(copy_.named_parameters())
+    assert all(theirs[n].data_ptr() == p.data_ptr() for n, p in frozen.items())
+    adapters = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert adapters and all(theirs[n].data_ptr() != dict(model.named_parameters())[n].data_ptr() for n in adapters)
+    ids = torch.tensor([[1, 5, 9, 3]])
+    with torch.no_grad():
+        assert torch.allclose(copy_(input_ids=ids).logits, model(input_ids=ids).logits)
+        before = {n: p.clone() for n, p in model.named_parameters()}
+        for n in adapters:
+            theirs[n].add_(1.0)
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    assert share_frozen_weights(copy_, model) == 0  # already shared

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
 import re
 import threading
 import time
@@ -25,7 +26,7 @@ from stack_helpers import Stack
 
 from agentrl_envs.task import Task, tool
 from agentrl_trainer.pipeline import Group, RolloutPipeline
-from agentrl_trainer.rollout import RolloutSettings
+from agentrl_trainer.rollout import RolloutSettings, TurnSample, turn_seed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -152,8 +153,8 @@ class ScriptedEngine:
         self.loads: list[tuple[int, Mapping[str, torch.Tensor]]] = []
 
     async def generate(
-        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Any = None
-    ) -> tuple[list[int], list[float]]:
+        self, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float, tools: Any = None, seed: Any = None
+    ) -> TurnSample:
         prompt = self.tokenizer.decode(prompt_ids)
         match = WORD_RE.search(prompt)
         assert match is not None, prompt
@@ -163,7 +164,7 @@ class ScriptedEngine:
         text = self.script.reply(word, turn)
         call = "<tool_call>\n" + json.dumps({"name": "echo", "arguments": {"text": text}}) + "\n</tool_call>"
         ids = list(self.tokenizer(call, add_special_tokens=False)["input_ids"]) + [self.stop_id]
-        return ids, [-0.5] * len(ids)
+        return TurnSample(ids, [-0.5] * len(ids), self.version)
 
     def load_weights(self, named: Mapping[str, torch.Tensor], version: int) -> None:
         self.loads.append((version, named))
@@ -267,7 +268,7 @@ def test_queued_plus_in_flight_groups_never_exceed_capacity(make_pipeline) -> No
     settle()
     assert script.words() == {"w0", "w1", "w2"}  # 1 queued + 2 in flight = capacity: nothing new
 
-    (g0,) = pipeline.get_batch(1, 1)
+    (g0,) = pipeline.get_batch(1)
     assert g0.group_id == 0 and g0.task == TASK and g0.index == 0 and g0.dropped == 0
     assert [(e.completed, e.reward, e.turns) for e in g0.episodes] == [(True, 1.0, 1)] * 2
     wait_for(lambda: script.waiting("w3") == 2, "taking a group makes room for one more")
@@ -279,10 +280,10 @@ def test_queued_plus_in_flight_groups_never_exceed_capacity(make_pipeline) -> No
     wait_for(lambda: pipeline.queued == 3, "the queue fills to capacity")
     settle()
     assert pipeline.queued == 3 and script.words() == {"w0", "w1", "w2", "w3"}  # a full queue: nothing runs
-    assert len(pipeline.get_batch(1, 2)) == 2
-    wait_for(lambda: script.waiting("w4") == 2 and script.waiting("w5") == 2, "two groups taken, two started")
+    assert sorted(group_ids(pipeline.get_batch(1))) == [1, 2, 3]  # a step drains the queue
+    wait_for(lambda: all(script.waiting(f"w{i}") == 2 for i in (4, 5, 6)), "three groups taken, three started")
     settle()
-    assert script.words() == {f"w{i}" for i in range(6)}
+    assert script.words() == {f"w{i}" for i in range(7)}
 
 
 def test_max_concurrent_groups_bounds_the_groups_in_flight(make_pipeline) -> None:
@@ -299,23 +300,23 @@ def test_max_concurrent_groups_bounds_the_groups_in_flight(make_pipeline) -> Non
 # -------------------------------------------------------------------------------- get_batch
 
 
-def test_get_batch_waits_for_min_groups_and_takes_at_most_max_groups(make_pipeline) -> None:
+def test_get_batch_waits_for_min_groups_and_takes_every_complete_group(make_pipeline) -> None:
     pipeline, script = make_pipeline(capacity_groups=4)
     wait_for(lambda: script.waiting() == 8, "4 groups in flight")
     with pytest.raises(TimeoutError, match=r"^0 of 1 groups ready after 0.2 s$"):
-        pipeline.get_batch(1, 4, timeout=0.2)
+        pipeline.get_batch(1, timeout=0.2)
     script.open("w0")
     wait_for(lambda: pipeline.queued == 1, "group 0 queued")
     script.open("w1")
     wait_for(lambda: pipeline.queued == 2, "group 1 queued")
     with pytest.raises(TimeoutError, match=r"^2 of 3 groups ready after 0.2 s$"):
-        pipeline.get_batch(3, 4, timeout=0.2)
+        pipeline.get_batch(3, timeout=0.2)
     assert pipeline.queued == 2  # a call that timed out took nothing
-    assert group_ids(pipeline.get_batch(1, 1)) == [0]  # oldest first, never more than max_groups
-    assert group_ids(pipeline.get_batch(1, 4)) == [1]  # what is ready: it does not wait for max_groups
+    assert group_ids(pipeline.get_batch(1)) == [0, 1]  # every complete group, in the order they completed
+    assert pipeline.queued == 0
 
     result: dict[str, list[Group]] = {}
-    waiter = threading.Thread(target=lambda: result.update(batch=pipeline.get_batch(2, 4, timeout=60)), daemon=True)
+    waiter = threading.Thread(target=lambda: result.update(batch=pipeline.get_batch(2, timeout=60)), daemon=True)
     waiter.start()
     script.open("w2")
     wait_for(lambda: pipeline.queued == 1, "group 2 queued")
@@ -326,14 +327,26 @@ def test_get_batch_waits_for_min_groups_and_takes_at_most_max_groups(make_pipeli
     assert sorted(group_ids(result["batch"])) == [2, 3]
 
 
-@pytest.mark.parametrize(
-    ("min_groups", "max_groups", "match"),
-    [(0, 2, "min_groups"), (3, 2, "min_groups"), (5, 6, "capacity")],
-)
-def test_get_batch_refuses_limits_it_could_never_meet(make_pipeline, min_groups: int, max_groups: int, match: str) -> None:
+def test_no_complete_group_stays_queued_after_a_step(make_pipeline) -> None:
+    """Every step drains the queue: whatever completed before it, it trains on, however many (up
+    to the capacity, which the queue never exceeds)."""
+    pipeline, script = make_pipeline(capacity_groups=4)
+    for step, words in enumerate((["w0"], ["w1", "w2", "w3"], ["w4", "w5", "w6", "w7"])):
+        wait_for(lambda: script.waiting() == 8, "4 groups in flight")
+        for w in words:
+            script.open(w)
+        n = len(words)
+        wait_for(lambda n=n: pipeline.queued == n, f"{n} groups queued")
+        batch = pipeline.get_batch(1)
+        assert sorted(g.group_id for g in batch) == sorted(int(w[1:]) for w in words), step
+        assert pipeline.queued == 0
+
+
+@pytest.mark.parametrize(("min_groups", "match"), [(0, "min_groups"), (5, "capacity")])
+def test_get_batch_refuses_limits_it_could_never_meet(make_pipeline, min_groups: int, match: str) -> None:
     pipeline, _ = make_pipeline(capacity_groups=4)
     with pytest.raises(ValueError, match=match):
-        pipeline.get_batch(min_groups, max_groups)
+        pipeline.get_batch(min_groups)
 
 
 def test_the_wrong_call_for_the_mode_and_a_stopped_pipeline_raise(make_pipeline) -> None:
@@ -342,10 +355,10 @@ def test_the_wrong_call_for_the_mode_and_a_stopped_pipeline_raise(make_pipeline)
     with pytest.raises(RuntimeError, match="collect is for sync mode"):
         async_pipeline.collect(1)
     with pytest.raises(RuntimeError, match="get_batch is for async mode"):
-        sync_pipeline.get_batch(1, 1)
+        sync_pipeline.get_batch(1)
     async_pipeline.stop()
     with pytest.raises(RuntimeError, match="stopped"):
-        async_pipeline.get_batch(1, 1, timeout=5)
+        async_pipeline.get_batch(1, timeout=5)
 
 
 def test_an_engine_failure_fails_get_batch(make_pipeline) -> None:
@@ -353,7 +366,7 @@ def test_an_engine_failure_fails_get_batch(make_pipeline) -> None:
     script.fail_on.add("w0")
     script.open("w0")
     with pytest.raises(RuntimeError, match="the rollout pipeline failed") as failed:
-        pipeline.get_batch(1, 1, timeout=30)
+        pipeline.get_batch(1, timeout=30)
     assert str(failed.value.__cause__) == "engine failure on w0"
 
 
@@ -410,12 +423,12 @@ def test_turns_carry_the_version_of_the_engine_that_sampled_them(
         return due
 
     assert play_across_publish("w0", 1) == [0]  # the lagging engine skips step 1
-    (g0,) = pipeline.get_batch(1, 1, timeout=30)  # taken by step 2
+    (g0,) = pipeline.get_batch(1, timeout=30)  # taken by step 2
     assert turn_versions(g0) == first and staleness([g0], step=2) == stale_at_2
 
     wait_for(lambda: script.waiting("w1") == 2, "group 1 starts once group 0 is taken (capacity 1)")
     assert play_across_publish("w1", 2) == [0, 1]  # every lag_steps steps the lagging engine catches up
-    (g1,) = pipeline.get_batch(1, 1, timeout=30)  # taken by step 3
+    (g1,) = pipeline.get_batch(1, timeout=30)  # taken by step 3
     assert turn_versions(g1) == second and staleness([g1], step=3) == stale_at_3
 
     turns = [t for g in (g0, g1) for e in g.episodes if e.trajectory for t in e.trajectory.turns]
@@ -426,29 +439,34 @@ def test_turns_carry_the_version_of_the_engine_that_sampled_them(
 
 def test_mixed_engines_label_each_turn_with_its_own_engine_version(make_pipeline) -> None:
     """lagging_prob 0.5: one trajectory mixes the two policies, each turn labelled with the
-    version of the engine that sampled it; with one group at a time and a fixed seed, which
-    turns lag is reproducible."""
+    version of the engine that sampled it; which turns lag follows from the seed, episode and turn
+    alone (turn_seed), whatever the order in which concurrent episodes reach their turns."""
     pipeline, script = make_pipeline(
         num_engines=2, lagging_fraction=0.5, lag_steps=4, lagging_prob=0.5, capacity_groups=1, wrong_turns=1, group_size=4
     )
     weights = {"layer.weight": torch.ones(2)}
     pipeline.publish(0, weights, every_engine=True)
-    wait_for(lambda: script.waiting("w0") == 4, "every first turn has its engine")  # draws 1-4 of the seed
+    wait_for(lambda: script.waiting("w0") == 4, "every first turn has its engine")
     script.open("w0", 4, turn=0)
     wait_for(lambda: script.reached("w0", 1) == 4 and script.waiting("w0") == 4, "w0's second turns wait")
     assert pipeline.publish(1, weights) == [0]
     script.open("w0")
-    (g0,) = pipeline.get_batch(1, 1, timeout=30)
-    by_turn: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+    (g0,) = pipeline.get_batch(1, timeout=30)
+
+    def lags(episode: int, turn: int) -> bool:  # the pipeline's draw for this turn (seed 0)
+        return random.Random(turn_seed(0, episode, turn, purpose="engine")).random() < 0.5
+
+    expected = {0: [], 1: []}  # turn -> (engine, version) per episode
     for e in g0.episodes:
         assert e.trajectory is not None
         for i, t in enumerate(e.trajectory.turns):
-            assert t.lagging == (t.engine == 1)
-            by_turn[i].append((t.engine, t.version))
-    # random.Random(0)'s first 8 draws are .84 .76 .42 .26 | .51 .40 .78 .30: two of each four < 0.5 (lag)
-    assert sorted(by_turn[0]) == [(0, 0), (0, 0), (1, 0), (1, 0)]  # before step 1 both engines held step 0's weights
-    assert sorted(by_turn[1]) == [(0, 1), (0, 1), (1, 0), (1, 0)]  # after it only the current one has step 1's
-    assert staleness([g0], step=2) == [0, 0, 1, 1, 1, 1, 1, 1]
+            assert t.lagging == (t.engine == 1) == lags(e.spec.episode_id, i)
+            # after step 1 only the current engine has its weights
+            expected[i].append((1, 0) if lags(e.spec.episode_id, i) else (0, i))
+            assert (t.engine, t.version) == expected[i][-1]
+    # seed 0 mixes them: episodes 1 and 3 lag at turn 0
+    assert {t.engine for e in g0.episodes for t in e.trajectory.turns} == {0, 1}
+    assert staleness([g0], step=2) == sorted(1 - v for vs in expected.values() for _, v in vs)
 
 
 # ------------------------------------------------------------------ infrastructure failures
@@ -497,7 +515,7 @@ def test_async_group_forms_only_once_its_last_episode_is_in(make_pipeline) -> No
     settle()
     assert pipeline.queued == 0  # the lost episode alone releases nothing
     script.open("w0")
-    (g,) = pipeline.get_batch(1, 1, timeout=30)
+    (g,) = pipeline.get_batch(1, timeout=30)
     assert g.dropped == 1 and len(g.episodes) == 2 and all(e.completed for e in g.episodes)
 
 
@@ -508,3 +526,47 @@ def test_async_discarded_group_frees_its_capacity(make_pipeline) -> None:
     wait_for(lambda: script.waiting("w1") == 2, "group 1 starts once group 0 is discarded")
     assert pipeline.queued == 0 and pipeline.buffer.discarded == 1
     assert pipeline.stats()["infra_failures"] == 2.0
+
+
+# ------------------------------------------------------------------------------ staleness bound
+
+
+def test_a_simulated_async_run_stays_within_the_staleness_bound(controller_url: str, tokenizer: Any) -> None:
+    """docs/trainer.md, "Staleness": with min_groups == capacity each step takes every group there
+    is, so a turn of a current engine is at most 1 step old and one of a lagging engine at most
+    lag_steps. Simulated engines (long-tailed latency) play multi-turn episodes of varied length
+    while the "trainer" publishes after every step; every turn of every batch is checked."""
+    from agentrl_trainer.engines import SimulatedEngine
+
+    def respond(prompt: str) -> str:
+        word = WORD_RE.search(prompt).group(1)  # type: ignore[union-attr]
+        turns = prompt.count("<|im_start|>assistant")  # this one included
+        text = word if turns > int(word[1:]) % 4 else "nope"  # 1 to 4 turns, by sample
+        return "<tool_call>\n" + json.dumps({"name": "echo", "arguments": {"text": text}}) + "\n</tool_call>"
+
+    lag_steps, capacity, steps = 2, 3, 10
+    engines = [SimulatedEngine(tokenizer, respond, median_s=0.01, sigma=1.5, seed=i) for i in range(2)]
+    stop_id = engines[0].stop_token_id
+    settings = RolloutSettings(max_tokens=64, max_turns=10, seed=0)
+    pipeline = RolloutPipeline(
+        controller_url, engines, tokenizer, [stop_id], InOrder(), settings, group_size=2,
+        capacity_groups=capacity, lagging_fraction=0.5, lag_steps=lag_steps, lagging_prob=0.5, seed=0,
+    )  # fmt: skip
+    train = random.Random(1)
+    seen: dict[bool, list[int]] = {True: [], False: []}  # lagging turn? -> staleness of each
+    with pipeline:
+        pipeline.publish(0, {}, every_engine=True)
+        for step in range(1, steps + 1):
+            batch = pipeline.get_batch(capacity, timeout=60)
+            assert len(batch) == capacity
+            for g in batch:
+                for e in g.episodes:
+                    assert e.trajectory is not None
+                    for t in e.trajectory.turns:
+                        seen[t.lagging].append(step - 1 - t.version)
+            time.sleep(train.uniform(0.0, 0.05))  # the optimizer step
+            pipeline.publish(step, {})
+    assert max(seen[False]) <= 1 and max(seen[True]) <= lag_steps, seen
+    assert min(seen[False] + seen[True]) >= 0
+    # the run exercised the bound: turns one step old (sampled while the step trained) and lagging ones older
+    assert 1 in seen[False] and max(seen[True]) == lag_steps

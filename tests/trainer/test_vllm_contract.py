@@ -111,9 +111,11 @@ def open_engine(fake: FakeVLLM, **kwargs: Any) -> VLLMEngine:
 
 
 async def turn(engine: VLLMEngine, prompt: list[int] = PROMPT, max_tokens: int = 16) -> tuple[list[int], list[float], int]:
-    """One turn as the rollout plays it: generate, then read the version label in the same task."""
-    ids, logprobs = await engine.generate(prompt, max_tokens, 1.0, 1.0)
-    return ids, logprobs, engine.version
+    """One turn as the rollout plays it: its ids, logprobs and the version label it carries (the
+    engine's ``version`` read in the same task agrees)."""
+    out = await engine.generate(prompt, max_tokens, 1.0, 1.0)
+    assert out.version == engine.version
+    return out.ids, out.logprobs, out.version
 
 
 def weights() -> dict[str, torch.Tensor]:
@@ -286,8 +288,8 @@ class EnginePolicy:
         self.engine, self.prompt = engine, prompt
 
     async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        ids, _ = await self.engine.generate(self.prompt, 16, 1.0, 1.0)
-        return {"role": "assistant", "content": " ".join(map(str, ids))}
+        out = await self.engine.generate(self.prompt, 16, 1.0, 1.0)
+        return {"role": "assistant", "content": " ".join(map(str, out.ids))}
 
 
 def test_the_agent_loop_scores_a_long_prompt_and_drops_a_dead_server(fake: FakeVLLM, loop: Loop) -> None:
@@ -367,14 +369,14 @@ def test_a_weight_update_waits_for_turns_in_flight_and_holds_new_ones(fake: Fake
 def test_the_label_is_the_version_that_generated_the_turn_even_if_an_update_lands_right_after(fake: FakeVLLM, loop: Loop) -> None:
     engine = open_engine(fake)
 
-    async def turn_then_update() -> tuple[int, int, list[int]]:
-        ids, _ = await engine.generate(PROMPT, 16, 1.0, 1.0)
+    async def turn_then_update() -> tuple[int, int, int, list[int]]:
+        out = await engine.generate(PROMPT, 16, 1.0, 1.0)
         # the trainer's thread publishes between the turn's return and the rollout's label read
         await asyncio.to_thread(engine.load_weights, weights(), 5)
-        return engine.version, contextvars.Context().run(lambda: engine.version), ids
+        return out.version, engine.version, contextvars.Context().run(lambda: engine.version), out.ids
 
-    label, now, ids = loop.run(turn_then_update())
-    assert {token_version(t) for t in ids[:-1]} == {0} and label == 0 and now == 5
+    carried, label, now, ids = loop.run(turn_then_update())
+    assert {token_version(t) for t in ids[:-1]} == {0} and carried == label == 0 and now == 5
     _, _, label = loop.run(turn(engine))
     assert label == 5
     engine.close()
