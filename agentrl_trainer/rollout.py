@@ -222,6 +222,14 @@ class TokenPolicy:
         if self.trajectory is None:
             self._tools = [ToolDefinition.model_validate(t) for t in tools]
             self.trajectory = TokenTrajectory(self.tokenizer, self._tools, self.stop_token_ids, s.assistant_prefix)
+        elif [t["function"]["name"] for t in tools] != [t.function.name for t in self._tools]:
+            # A token trajectory is one prompt that only grows; the tools are rendered at its head.
+            # A task whose tools change within an episode (bfcl's multi_turn_miss_func) would need
+            # the prompt rendered afresh, which no longer extends the trained tokens.
+            raise ValueError(
+                "the session's tools changed within the episode (e.g. bfcl's multi_turn_miss_func): "
+                "token-in/token-out rollouts keep one tool list per episode; evaluate such tasks with agentrl-envs eval"
+            )
         traj = self.trajectory
         history = [Message.model_validate(m) for m in messages]
         prompt = traj.next_prompt(history)
