@@ -20,8 +20,6 @@ class LossTerms(NamedTuple):
     clip_fraction: torch.Tensor  # () share of tokens where the PPO clip was active
     dual_clip_fraction: torch.Tensor  # () share of tokens where the dual clip was active
     ratio_mean: torch.Tensor  # () mean π/π_rollout
-    log_ratio_abs_max: torch.Tensor  # () the largest |log π − log π_rollout| over the masked tokens
-    log_ratio_over_1: torch.Tensor  # () how many masked tokens have |log π − log π_rollout| > 1
 
 
 def policy_loss(
@@ -79,7 +77,5 @@ def policy_loss(
             clip_fraction=clip_active.sum() / n,
             dual_clip_fraction=(dual_active & m.bool()).sum() / n,
             ratio_mean=(ratio * m).sum() / n,
-            log_ratio_abs_max=log_ratio.abs().max() if log_ratio.numel() else torch.zeros(()),
-            log_ratio_over_1=(log_ratio.abs() > 1.0).sum().to(logprobs.dtype),
         )
     return terms._replace(loss=loss)

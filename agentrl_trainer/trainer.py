@@ -59,6 +59,7 @@ from .logprobs import TokenLogprobs, token_logprobs
 from .loss import policy_loss
 from .memory import release_freed_memory
 from .pipeline import Group, PipelineEngine, RolloutPipeline, TaskSampler
+from .ratios import RatioRecord
 from .rollout import RolloutSettings
 
 __all__ = ["AgentRLTrainer"]
@@ -150,9 +151,8 @@ class AgentRLTrainer(GRPOTrainer):
         self._stopping = threading.Lock()
         self.step_log: list[dict[str, float]] = []
         #: per step, the trained tokens with the largest |log ratio| (the loss's and the
-        #: unconstrained one's: see _ratio_diagnostics)
+        #: unconstrained one's: agentrl_trainer.ratios)
         self.ratio_outliers: list[dict[str, Any]] = []
-        self._ratio_step: dict[str, Any] = {}
         self.add_callback(_PublishWeights(self))
         self._pad_id = (
             processing_class.pad_token_id if processing_class.pad_token_id is not None else processing_class.eos_token_id
@@ -398,7 +398,8 @@ class AgentRLTrainer(GRPOTrainer):
         recompute = self.agentrl_args.recompute_activations and model.training and torch.is_grad_enabled()
         return token_logprobs(model, rows, self.temperature, share_head=self._shares_head(), recompute=recompute)
 
-    def _micro_loss(self, model: Any, rows: dict[str, torch.Tensor], normalizer: float, *, record: bool = True) -> Any:
+    def _micro_loss(self, model: Any, rows: dict[str, torch.Tensor], normalizer: float, record: RatioRecord | None = None) -> Any:
+        """The policy loss of one micro-batch (its importance ratios added to ``record``)."""
         device = self.accelerator.device
         rows = {k: v.to(device) for k, v in rows.items()}
         scored = self._token_logprobs(model, rows)
@@ -413,8 +414,8 @@ class AgentRLTrainer(GRPOTrainer):
                     with unwrapped.disable_adapter():
                         ref = self._token_logprobs(model, rows).logp
         mask = rows["loss_mask"][:, cols]
-        if record:
-            self._ratio_diagnostics(rows, scored, mask)
+        if record is not None:
+            record.add(rows, cols, logp, scored.free, self.processing_class.decode)
         return policy_loss(
             logp,
             rows["old_logprobs"][:, cols],
@@ -427,40 +428,6 @@ class AgentRLTrainer(GRPOTrainer):
             kl_coef=self.beta,
             normalizer=normalizer,
         )
-
-    @torch.no_grad()
-    def _ratio_diagnostics(self, rows: dict[str, torch.Tensor], scored: TokenLogprobs, mask: torch.Tensor) -> None:
-        """Adds one micro-batch to the step's importance-ratio record (:attr:`ratio_outliers`):
-        the unconstrained log ratio (what the ratio would be without the grammar's mask, the
-        definition of the first ablation's runs) and the tokens with the largest |log ratio| of
-        either kind."""
-        cols, m = scored.cols, mask.bool()
-        ratio = (scored.logp.detach() - rows["old_logprobs"][:, cols]) * m  # (R, K)
-        free = (scored.free - rows["old_free_logprobs"][:, cols]) * m  # (R, K)
-        acc = self._ratio_step
-        acc["free_log_ratio_abs_max"] = max(acc.get("free_log_ratio_abs_max", 0.0), float(free.abs().max(initial=0.0)))
-        acc["free_log_ratio_over_1"] = acc.get("free_log_ratio_over_1", 0.0) + float((free.abs() > 1.0).sum())
-        at = rows.get("allowed_at")
-        restricted = torch.zeros_like(m)
-        if at is not None and at.numel():
-            restricted[at[:, 0], torch.searchsorted(cols, at[:, 1].contiguous())] = True
-        tokens = acc.setdefault("tokens", [])
-        for values in (ratio, free):
-            for flat in values.abs().flatten().topk(min(3, int(m.sum()))).indices.tolist():
-                r, k = divmod(flat, m.shape[1])
-                c = int(cols[k])  # the token's column
-                token = int(rows["input_ids"][r, c])
-                tokens.append(
-                    {
-                        "token": token,
-                        "text": self.processing_class.decode([token]),
-                        "log_ratio": float(ratio[r, k]),
-                        "free_log_ratio": float(free[r, k]),
-                        "old_logprob": float(rows["old_logprobs"][r, c]),
-                        "old_free_logprob": float(rows["old_free_logprobs"][r, c]),
-                        "grammar_restricted": bool(restricted[r, k]),
-                    }
-                )
 
     def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
         batch: TrainBatch = inputs
@@ -518,33 +485,21 @@ class AgentRLTrainer(GRPOTrainer):
         loss_total = torch.zeros((), device=self.accelerator.device)
         chunks = self._micro_batches(batch)
         normalizer, planned = self._step_plan(total, len(chunks))
-        self._ratio_step = {}
-        peaks: dict[str, float] = {"log_ratio_abs_max": 0.0, "log_ratio_over_1": 0.0}
+        ratios = RatioRecord()
         for i in range(planned):
             padding = i >= len(chunks)  # a repeat of the first micro-batch, weighted 0
             rows = batch.select(chunks[0] if padding else chunks[i])
             weight = 0.0 if padding else float(rows["loss_mask"][:, 1:].sum()) / max(total, 1.0)
             with self._gradient_sync(model, sync=i == planned - 1):
                 with self.compute_loss_context_manager():
-                    terms = self._micro_loss(model, rows, normalizer, record=not padding)
+                    terms = self._micro_loss(model, rows, normalizer, None if padding else ratios)
                 loss = terms.loss * 0.0 if padding else terms.loss
                 self.accelerator.backward(loss)
             loss_total += loss.detach()
             for key in ("pg_loss", "kl", "clip_fraction", "dual_clip_fraction", "ratio_mean"):
                 sums[key] += float(getattr(terms, key)) * weight
-            if not padding:
-                peaks["log_ratio_abs_max"] = max(peaks["log_ratio_abs_max"], float(terms.log_ratio_abs_max))
-                peaks["log_ratio_over_1"] += float(terms.log_ratio_over_1)
-        tokens = self._ratio_step.pop("tokens", [])
-        sums.update(peaks)
-        sums.update(self._ratio_step)  # the unconstrained ratio's maximum and count
-        self.ratio_outliers.append(
-            {
-                "step": self.state.global_step + 1,
-                "largest": sorted(tokens, key=lambda t: -abs(t["log_ratio"]))[:3],
-                "largest_unconstrained": sorted(tokens, key=lambda t: -abs(t["free_log_ratio"]))[:3],
-            }
-        )
+        sums.update(ratios.metrics())
+        self.ratio_outliers.append(ratios.outliers(self.state.global_step + 1))
         for key, value in sums.items():
             self._metrics["train"][f"loss/{key}"].append(value)
         self._metrics["train"]["time/train_s"].append(time.monotonic() - started)

@@ -76,7 +76,7 @@ class FixedPipeline:
         self.groups, self.engines, self.queued = groups, engines, 0
         self.published: list[int] = []
 
-    def get_batch(self, min_groups: int, max_groups: int, timeout: float | None = None) -> list[Group]:
+    def get_batch(self, min_groups: int, timeout: float | None = None) -> list[Group]:
         return self.groups
 
     def publish(self, step: int, named: dict[str, torch.Tensor], every_engine: bool = False) -> list[int]:
@@ -137,6 +137,17 @@ def run(model_dir: str, out: Path, variant: str) -> None:
             "engine": engine_state,
             "published": pipeline.published,
             "step_log": trainer.step_log,
+            "ratio_outliers": trainer.ratio_outliers,
+            "trained_ids": sorted(
+                {
+                    t
+                    for g in mine
+                    for e in g.episodes
+                    for seg in e.trajectory.segments
+                    for t, m in zip(seg.input_ids, seg.loss_mask, strict=True)
+                    if m
+                }
+            ),
         },
         out / f"{variant}-rank{rank}.pt",
     )

@@ -112,6 +112,16 @@ def test_two_processes_take_the_step_of_one_on_the_same_global_batch(runs: Path,
         assert m["rollout/groups"] == 5 and m["rollout/episodes"] == 10
         assert m["reward/mean"] == pytest.approx(one["step_log"][0]["reward/mean"])
         assert m["rollout/trained_tokens"] == one["step_log"][0]["rollout/trained_tokens"]
+    # the importance-ratio record (agentrl_trainer/ratios.py): the old logprobs are the initial
+    # model's and the weights do not move within a step, so every ratio is 1; the outliers are
+    # three trained tokens of the step
+    for r in (one, *ranks):
+        (m,) = r["step_log"]
+        assert 0.0 <= m["loss/log_ratio_abs_max"] < 1e-4 and m["loss/log_ratio_over_1"] == 0.0
+        assert m["loss/free_log_ratio_abs_max"] < 1e-4 and m["loss/free_log_ratio_over_1"] == 0.0
+        (outliers,) = r["ratio_outliers"]
+        assert outliers["step"] == 1 and len(outliers["largest"]) == len(outliers["largest_unconstrained"]) == 3
+        assert {t["token"] for t in outliers["largest"]} <= set(r["trained_ids"])
 
 
 # ---------------------------------------------------------------------- the pieces, in one process
