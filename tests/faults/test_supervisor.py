@@ -133,7 +133,14 @@ def test_up_restarts_a_killed_worker_and_stops_once_one_is_given_up(tmp_path):
     blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's: past TIME_WAIT, not a listener
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: live_worker(url, "echo") is not None, 60, "up serves echo")
+        # Until up says it is ready, a worker that exits fails the start-up (up exits 2): the worker
+        # registers before up has finished checking it, so wait for the line, not for the registry.
+        head = []
+        while not head or not head[-1].startswith("press Ctrl-C"):
+            line = proc.stdout.readline()  # the test's timeout guards a hang
+            assert line, f"up exited during start-up: {''.join(head)}"
+            head.append(line)
+        assert live_worker(url, "echo") is not None
         first = live_worker(url, "echo")
         worker_port = int(first["address"].rsplit(":", 1)[1].split("/")[0])
         pid = worker_pid(proc.pid, worker_port)
@@ -149,7 +156,7 @@ def test_up_restarts_a_killed_worker_and_stops_once_one_is_given_up(tmp_path):
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: _bind(blocker, worker_port), 5, "the dead worker's port is free")
         assert proc.wait(180) == 1
-        out = proc.stdout.read()
+        out = "".join(head) + proc.stdout.read()
     finally:
         blocker.close()
         if proc.poll() is None:
