@@ -33,7 +33,7 @@ _EXPORTS = {
     "TransformersEngine": "engine",
     "ChatGeneration": "engine",
     "PreparedChat": "engine",
-    "DecodeBatch": "decode",
+    "DecodeBatch": "hf_decode",
     "DecodeRow": "decode",
     "shared_head_length": "decode",
     "BatchSampler": "sampling",

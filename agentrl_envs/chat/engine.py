@@ -30,10 +30,11 @@ from typing import Any, Literal, NamedTuple
 import torch
 
 from ..protocol.openai import Message, ToolDefinition, Usage
-from .decode import DecodeBatch, DecodeRow, PrefixCache
+from .decode import DecodeRow
 from .errors import BadModelRequestError, ContextLengthError
 from .fast_decode import FastDecodeBatch, HeadCache
 from .grammar import ToolCallGrammar
+from .hf_decode import DecodeBatch, PrefixCache
 from .llama import DTYPES, PackedLlama, unsupported_reason
 from .loading import load_model
 from .toolcalls import parse_completion, render_prompt, template_supports_tools

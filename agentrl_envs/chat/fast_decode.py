@@ -1,7 +1,7 @@
 """The decode core for Llama-family models on the CPU: packed weights, one KV slot per row, and
 prompt heads attended once for every row that shares them.
 
-Same contract as :class:`.decode.DecodeBatch` (rows join a running batch and leave when they
+Same contract as :class:`.hf_decode.DecodeBatch` (rows join a running batch and leave when they
 end; :meth:`FastDecodeBatch.add`, :meth:`FastDecodeBatch.step`), computed with
 :class:`.llama.PackedLlama` instead of transformers' forward. What it does differently, and why
 (2 CPU cores, SmolLM2-135M, fp32):
@@ -15,7 +15,7 @@ end; :meth:`FastDecodeBatch.add`, :meth:`FastDecodeBatch.step`), computed with
   multiplied with its keys in one batched product (the head's KV read once, not once per row),
   then combined with each row's own keys under one softmax. 16 rows on a 700-token head read
   ~32 MB of keys and values per step instead of ~520 MB, as much as the weights themselves.
-* **Head cache** (:class:`HeadCache`, the counterpart of :class:`.decode.PrefixCache`): heads of
+* **Head cache** (:class:`HeadCache`, the counterpart of :class:`.hf_decode.PrefixCache`): heads of
   recent prompts and *snapshots* of finished rows (their own KV), so the next turn of an episode,
   whose prompt extends the last one, computes only the new tokens, and shares its head with the
   other episodes of its group.
@@ -34,11 +34,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from .decode import MIN_HEAD, DecodeRow, common_prefix, prepare_rows, sample_tokens, shared_head_length
+from .decode import MIN_HEAD, DecodeEngine, DecodeRow, common_prefix, prepare_rows, sample_tokens, shared_head_length
 from .llama import PackedLlama
 
 if TYPE_CHECKING:
-    from .engine import TransformersEngine
     from .grammar import ToolCallGrammar
 
 __all__ = ["FastDecodeBatch", "Head", "HeadCache"]
@@ -176,7 +175,7 @@ class FastDecodeBatch:
     """
 
     def __init__(
-        self, engine: TransformersEngine, grammar: ToolCallGrammar | None = None, prefix_cache: HeadCache | None = None
+        self, engine: DecodeEngine, grammar: ToolCallGrammar | None = None, prefix_cache: HeadCache | None = None
     ) -> None:
         packed = engine.packed
         if packed is None:

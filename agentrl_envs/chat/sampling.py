@@ -3,7 +3,7 @@
 :class:`BatchSampler` is the sampling layer shared by the model server and the RL trainer's
 local engine (``agentrl_trainer.engines.local``). ``await sampler.generate(prompt_ids, ...)`` may
 be called by many coroutines (from any event loop). One sampler thread drives a
-:class:`.decode.DecodeBatch`: between two decode steps it admits the requests that arrived
+:class:`.hf_decode.DecodeBatch`: between two decode steps it admits the requests that arrived
 (prefilled together, their shared prompt head computed once or taken from the prefix cache) into
 the running batch, up to ``max_batch`` rows; a row leaves as soon as it ends and its caller is
 answered at once. When idle, the first request waits ``batch_wait_s`` for company.
@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from .decode import DecodeBatch, DecodeRow, StopReason
+from .decode import DecodeRow, StopReason
 from .engine import TransformersEngine
 from .fast_decode import FastDecodeBatch
+from .hf_decode import DecodeBatch
 
 __all__ = ["BatchSampler", "Completion"]
 

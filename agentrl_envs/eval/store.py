@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +191,7 @@ class RunStore:
     def _write_config(self, models: list[tuple[str, str]], indices: dict[str, list[SampleIndex]]) -> None:
         saved = {
             "version": FORMAT_VERSION,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
             # the models by the names the API knows them: a resume asks the same models
             "config": {**self.config.to_json(), "model": [name for _, name in models], "output": None},
             "models": [{"label": label, "name": name} for label, name in models],

@@ -278,7 +278,7 @@ class BubblewrapSandbox(Sandbox):
             try:
                 out, code = await asyncio.wait_for(self._read_until(marker), timeout)
                 return CommandResult(code, out, False)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             partial = self._take_buffer()
             recovered = await self._interrupt(marker)
@@ -329,7 +329,7 @@ class BubblewrapSandbox(Sandbox):
             try:
                 out, _ = await asyncio.wait_for(self._read_until(recover), wait)
                 return _drop_marker_line(out, marker)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._kill_all_but_shell()
             except SandboxError:
                 return None
@@ -392,7 +392,7 @@ class BubblewrapSandbox(Sandbox):
         try:
             out, _ = await asyncio.wait_for(proc.communicate(None if stdin is None else stdin.encode()), timeout)
             return CommandResult(proc.returncode, out.decode("utf-8", "replace"), False)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             with contextlib.suppress(OSError):
                 proc.kill()
             await proc.wait()

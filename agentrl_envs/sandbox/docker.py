@@ -178,7 +178,7 @@ class DockerSandbox(Sandbox):
                 return bytes(buf), None
             try:
                 chunk = await asyncio.wait_for(self._proc.read(), left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return bytes(buf), None
             if not chunk:
                 self._dead = True
@@ -244,7 +244,7 @@ class DockerSandbox(Sandbox):
 
         try:
             await asyncio.wait_for(collect(), timeout + 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return CommandResult(None, out.decode(errors="replace"), timed_out=True)
         finally:
             proc.close()

@@ -263,7 +263,7 @@ class UpstreamPool:
         host, port, prefix = h.target
         try:
             status, mux = await MuxClient.open(host, port, prefix, timeout, headers=self._extra, ssl_context=h.ssl)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             error = UpstreamError(f"cannot open a connection to {host}:{port}: {e or type(e).__name__}")
             if not done.done():
                 done.set_exception(error)

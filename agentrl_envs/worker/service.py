@@ -168,7 +168,7 @@ class WorkerService:
             session.last_active = time.monotonic()
             try:
                 out = await _within(session.episode.step(messages), self.interaction_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 out = await session.episode.abort(f"step exceeded {self.interaction_timeout:g} s")
             session.last_active = time.monotonic()
         if out.finish:
