@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +50,14 @@ from transformers import TrainerCallback
 from agentrl_envs.client import ControllerClient
 from agentrl_envs.stack import LocalStack
 
+from .bfcl import bfcl_problem, evaluate_bfcl
 from .config import AgentRLConfig
-from .evaluate import evaluate, summarize
-from .memory import release_freed_memory
+from .evaluate import evaluate, pass_at_k, summarize
+from .memory import TreeMemory, release_freed_memory
 from .rollout import RolloutSettings
 from .trainer import AgentRLTrainer
 
-__all__ = ["Outcome", "main", "train_and_evaluate"]
+__all__ = ["Outcome", "evaluate_base", "exits_when_interrupted", "main", "sigterm_unwinds", "train_and_evaluate"]
 
 log = logging.getLogger("agentrl_trainer.demo")
 
@@ -109,7 +110,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "budgets are in optimizer steps, since this machine's speed drifts)",
     )
     p.add_argument("--group-size", type=int, default=4, help="episodes per sample (GRPO group)")
-    p.add_argument("--groups-per-step", type=int, default=4, help="most groups a step trains on (at least min(2, this))")
+    p.add_argument("--groups-per-step", type=int, default=4, help="most groups a step trains on (the async queue's capacity)")
+    p.add_argument(
+        "--min-groups-per-step",
+        type=int,
+        default=None,
+        help="async: a step waits for this many complete groups, then takes every one queued (default: min(2, "
+        "--groups-per-step); equal to --groups-per-step: every step the same size, turns at most one step old)",
+    )
     p.add_argument("--learning-rate", type=float, default=3e-4)
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--max-turn-tokens", type=int, default=48)
@@ -120,6 +128,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=4096,
         help="most tokens computed per forward/backward pass, a shared prompt head counted once "
         "(activation memory: ~2 MB a token on CPU)",
+    )
+    p.add_argument(
+        "--recompute-activations",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="recompute each decoder layer in the backward instead of keeping its activations (about a third more "
+        "training compute; keeps a run's memory within ~6 GB)",
     )
     p.add_argument("--lag-steps", type=int, default=4)
     p.add_argument("--lagging-prob", type=float, default=0.25)
@@ -163,13 +178,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--bfcl-split",
+        default="non_live_python",
+        help="BFCL split played before and after training as the held-out generalization test (single-turn: "
+        "non_live_python or one of its categories; see agentrl_trainer/bfcl.py)",
+    )
+    p.add_argument(
+        "--bfcl-limit",
+        type=int,
+        default=20,
+        help="BFCL entries played (the split's first ones; non_live_python interleaves its five categories); 0: no BFCL",
+    )
+    p.add_argument("--bfcl-max-tokens", type=int, default=128, help="tokens a BFCL reply may take")
+    p.add_argument(
         "--record",
         default=None,
         metavar="DIR",
         help="also copy run.json and reward_curve.png into DIR with a README.md (command, date, commit), "
         "e.g. benchmarks/results/train_demo/<name>",
     )
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    if a.bfcl_limit > 0:
+        problem = bfcl_problem(a.bfcl_split, a.tasks)
+        if problem:
+            p.error(problem)
+    return a
 
 
 def git_state(cwd: Path | None = None) -> dict[str, Any]:
@@ -239,11 +272,36 @@ def write_record(run: dict[str, Any], out: Path, record: Path) -> None:
         f"Difference {run['improvement']:+.3f}, 2 × combined SE {2 * run['combined_stderr']:.3f}: {verdict}."
         + (f" Tasks whose mean reward rose: {run['tasks_improved']} of {len(cfg['tasks'])}." if changes else ""),
         "",
+        *([bfcl_line(run["bfcl"]), ""] if run.get("bfcl") else []),
+        *(
+            [
+                f"Peak RSS of the whole process tree (sampled every {run['memory']['sampled_every_s']:.0f} s): "
+                f"{run['memory']['peak_rss_gb']:.2f} GB, during the {run['memory']['peak_phase']}.",
+                "",
+            ]
+            if run.get("memory")
+            else []
+        ),
         "`run.json` holds the full config (the demo's arguments and the trainer's), both evaluation tables per task, "
         "the per-step training metrics and the verdict; `reward_curve.png` plots them.",
         "",
     ]
     (record / "README.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def bfcl_line(bfcl: dict[str, Any]) -> str:
+    """One sentence: BFCL's accuracy and weighted score before and after training."""
+
+    def part(r: dict[str, Any]) -> str:
+        right = round(r["success_rate"] * r["episodes"])
+        score = r.get("category_score")
+        return f"{right}/{r['episodes']}" + (f" (weighted {100 * score:.1f}%)" if score is not None else "")
+
+    b, t = bfcl["base"], bfcl["trained"]
+    return (
+        f"BFCL (held out, never trained on; split {b['split']}, first {b['limit']} entries, greedy, "
+        f"{b['max_tokens']} tokens a reply): base {part(b)}, trained {part(t)}."
+    )
 
 
 def one_heavy_thread() -> None:
@@ -302,13 +360,21 @@ def _held_out(url: str, tasks: list[str], n: int) -> dict[str, list[Any]]:
 
 
 def _eval(
-    trainer: AgentRLTrainer, url: str, samples: dict[str, list[Any]], settings: RolloutSettings, label: str
+    trainer: AgentRLTrainer,
+    url: str,
+    samples: dict[str, list[Any]],
+    settings: RolloutSettings,
+    label: str,
+    repeats: int = 1,
 ) -> dict[str, Any]:
+    """The held-out evaluation's summary; with ``repeats`` > 1 also its pass@``repeats``."""
     engine = trainer.local_engine(f"eval-{label}", max_batch=64)
     try:
         started = time.monotonic()
-        episodes = evaluate(url, engine, trainer.processing_class, engine.stop_token_ids, samples, settings)
+        episodes = evaluate(url, engine, trainer.processing_class, engine.stop_token_ids, samples, settings, repeats=repeats)
         summary = summarize(episodes)
+        if repeats > 1:
+            summary["pass"] = pass_at_k(episodes, repeats)
         summary["seconds"] = time.monotonic() - started
     finally:
         engine.close()
@@ -372,8 +438,9 @@ def trainer_config(a: argparse.Namespace, out: Path, **overrides: Any) -> AgentR
         lag_steps=a.lag_steps,
         lagging_prob=a.lagging_prob,
         num_generations=a.group_size,
-        min_groups_per_step=min(2, a.groups_per_step),
+        min_groups_per_step=min_groups(a),
         max_groups_per_step=a.groups_per_step,
+        queue_capacity_groups=a.groups_per_step,  # each step drains the queue: 2 to 4 groups by default
         max_completion_length=a.max_turn_tokens,
         max_turns=a.max_turns,
         max_context_length=2048,
@@ -395,16 +462,25 @@ def trainer_config(a: argparse.Namespace, out: Path, **overrides: Any) -> AgentR
         seed=a.seed,
         micro_batch_rows=8,
         micro_batch_tokens=a.micro_batch_tokens,
+        recompute_activations=getattr(a, "recompute_activations", False),  # a namespace from before the flag: off
         temperature=a.temperature,
         gradient_checkpointing=False,  # lets the forward share the prompts' head (see logprobs.py)
     )
     return AgentRLConfig(**{**fields, **overrides})
 
 
+def min_groups(a: argparse.Namespace) -> int:
+    """The fewest groups an async step waits for (the demo's default: min(2, groups per step))."""
+    given = getattr(a, "min_groups_per_step", None)
+    return min(2, a.groups_per_step) if given is None else given
+
+
 @dataclasses.dataclass
 class Outcome:
     """What :func:`train_and_evaluate` did: the trainer (its ``step_log`` holds every step's
-    metrics), its config, the held-out samples and both evaluation tables."""
+    metrics), its config, the held-out samples and both evaluation tables (``sampled``: the
+    trained model's pass@k evaluation, when asked for; ``bfcl``: BFCL's ``base`` and ``trained``
+    figures, when ``a.bfcl_limit`` > 0)."""
 
     trainer: AgentRLTrainer
     args: AgentRLConfig
@@ -412,6 +488,8 @@ class Outcome:
     base: dict[str, Any]
     trained: dict[str, Any]
     train_seconds: float
+    sampled: dict[str, Any] | None = None
+    bfcl: dict[str, Any] | None = None
 
 
 def train_and_evaluate(
@@ -421,27 +499,86 @@ def train_and_evaluate(
     overrides: dict[str, Any] | None = None,
     base: dict[str, Any] | None = None,
     callbacks: list[TrainerCallback] | None = None,
+    memory: TreeMemory | None = None,
+    pass_k: int = 0,
+    pass_temperature: float = 0.7,
 ) -> Outcome:
     """The demo's sequence for the arguments ``a``: evaluate the base model on the first
     ``a.eval_samples`` samples of each task's ``a.eval_split`` (skipped when ``base`` is given:
     greedy evaluation of the same weights is deterministic), train, evaluate the trained model on
-    the same samples the same way. ``overrides`` replace trainer config fields (the ablations'
-    conditions)."""
+    the same samples the same way, and with ``pass_k`` also ``pass_k`` episodes per sample at
+    ``pass_temperature`` (pass@k). With ``a.bfcl_limit`` > 0 the base and the trained model also
+    play BFCL's first ``a.bfcl_limit`` entries of ``a.bfcl_split`` (:mod:`.bfcl`), each on a
+    stack of its own. ``overrides`` replace trainer config fields (the ablations' conditions);
+    ``memory`` is told the phase.
+
+    The evaluation's controller and workers run only during the evaluations, the training's only
+    during training. If this is interrupted (Ctrl-C, or SIGTERM under :func:`sigterm_unwinds`)
+    while training, the training's rollouts, engines, controller and workers are stopped from here
+    before the exception goes on (the training thread, a daemon, is left to the process's end)."""
     one_heavy_thread()
     args = trainer_config(a, out, **(overrides or {}))
     trainer = AgentRLTrainer(args, callbacks=callbacks or [])
     # held-out episodes are played exactly as training ones, at the evaluation's temperature
     settings = dataclasses.replace(trainer.rollout_settings(), temperature=a.eval_temperature)
+
+    def phase(name: str) -> None:
+        if memory is not None:
+            memory.phase = name
+
+    phase("base evaluation")
     with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
         samples = _held_out(eval_stack.url, a.tasks, a.eval_samples)
         if base is None:  # the fresh LoRA adapter is the identity: this is the base model
             base = _eval(trainer, eval_stack.url, samples, settings, "base")
-        t0 = time.monotonic()
+    bfcl_limit = getattr(a, "bfcl_limit", 0)  # a namespace from before the flag: no BFCL
+
+    def bfcl(label: str) -> dict[str, Any]:
+        phase(f"{label} BFCL evaluation")
+        return evaluate_bfcl(trainer, a.bfcl_split, bfcl_limit, settings, label, a.bfcl_max_tokens)
+
+    bfcl_base = bfcl("base") if bfcl_limit > 0 else None
+    phase("training")
+    t0 = time.monotonic()
+    try:
         in_own_thread(trainer.train)
-        train_seconds = time.monotonic() - t0
-        release_freed_memory()  # training's arenas, before the evaluation engine allocates (memory.py)
+    except BaseException:
+        trainer.stop_rollouts()  # interrupted: from this thread, not the abandoned training thread
+        raise
+    train_seconds = time.monotonic() - t0
+    release_freed_memory()  # training's arenas, before the evaluation engine allocates (memory.py)
+    phase("trained evaluation")
+    sampled = None
+    with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
+        if _held_out(eval_stack.url, a.tasks, a.eval_samples) != samples:
+            raise RuntimeError(f"the {a.eval_split} split's samples changed between the evaluations")
         trained = _eval(trainer, eval_stack.url, samples, settings, "trained")
-    return Outcome(trainer, args, samples, base, trained, train_seconds)
+        if pass_k > 0:
+            phase("trained pass@k evaluation")
+            hot = dataclasses.replace(settings, temperature=pass_temperature)
+            sampled = _eval(trainer, eval_stack.url, samples, hot, f"trained-pass@{pass_k}", repeats=pass_k)
+    bfcl_record = {"base": bfcl_base, "trained": bfcl("trained")} if bfcl_base is not None else None
+    return Outcome(trainer, args, samples, base, trained, train_seconds, sampled, bfcl_record)
+
+
+def evaluate_base(
+    a: argparse.Namespace, *, pass_k: int = 0, pass_temperature: float = 0.7, memory: TreeMemory | None = None
+) -> tuple[dict[str, list[Any]], dict[str, Any], dict[str, Any] | None]:
+    """The base model's held-out evaluation alone, as :func:`train_and_evaluate` runs it:
+    ``(samples, greedy summary, pass@k summary or None)``."""
+    one_heavy_thread()
+    trainer = AgentRLTrainer(trainer_config(a, Path(a.out)))
+    settings = dataclasses.replace(trainer.rollout_settings(), temperature=a.eval_temperature)
+    if memory is not None:
+        memory.phase = "base evaluation"
+    with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
+        samples = _held_out(eval_stack.url, a.tasks, a.eval_samples)
+        base = _eval(trainer, eval_stack.url, samples, settings, "base")
+        sampled = None
+        if pass_k > 0:
+            hot = dataclasses.replace(settings, temperature=pass_temperature)
+            sampled = _eval(trainer, eval_stack.url, samples, hot, f"base-pass@{pass_k}", repeats=pass_k)
+    return samples, base, sampled
 
 
 @contextlib.contextmanager
@@ -463,6 +600,23 @@ def sigterm_unwinds() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def exits_when_interrupted() -> Iterator[None]:
+    """Ctrl-C or SIGTERM (under :func:`sigterm_unwinds`) inside the block ends the process as soon
+    as the blocks within have stopped what they started (controller, workers, engines): logs are
+    flushed and the process exits with 130 / 143 without waiting for a training step still running
+    on another thread (which Python's own shutdown would tear down mid-computation)."""
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit) as e:
+        code = 130 if isinstance(e, KeyboardInterrupt) else e.code if isinstance(e.code, int) else 1
+        log.warning("interrupted: everything this run started is stopped; exiting with %d", code)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -470,11 +624,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    started_utc = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_utc = datetime.now(UTC).isoformat(timespec="seconds")
     command = shlex.join([Path(sys.executable).name, "-m", "agentrl_trainer.demo", *(sys.argv[1:] if argv is None else argv)])
     git_info = git_state()
-    with sigterm_unwinds():
-        o = train_and_evaluate(a, out, callbacks=[TimeBudget(a.train_seconds)] if a.train_seconds > 0 else [])
+    with exits_when_interrupted(), sigterm_unwinds(), TreeMemory() as memory:
+        o = train_and_evaluate(a, out, callbacks=[TimeBudget(a.train_seconds)] if a.train_seconds > 0 else [], memory=memory)
     trainer, args, base, trained, train_seconds = o.trainer, o.args, o.base, o.trained, o.train_seconds
     trainer.save_model(str(out / "adapter"))
     diff = trained["mean_reward"] - base["mean_reward"]
@@ -488,7 +642,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "command": command,
         "git": git_info,
         "started_utc": started_utc,
-        "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
@@ -498,6 +652,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "base": base,
         "trained": trained,
         "steps": trainer.step_log,
+        "ratio_outliers": trainer.ratio_outliers,
+        "memory": memory.record(),
         "train_seconds": train_seconds,
         "total_seconds": time.monotonic() - started,
         "improvement": diff,
@@ -505,6 +661,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "improved": bool(diff > 2 * combined),
         "per_task_change": per_task,
         "tasks_improved": sum(c["improvement"] > 0 for c in per_task.values()),
+        "bfcl": o.bfcl,
     }
     (out / "run.json").write_text(json.dumps(run, indent=1))
     plot(run, out / "reward_curve.png")
@@ -516,7 +673,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"trained {trained['mean_reward']:.3f} ± {trained['stderr']:.3f} (n={trained['episodes']})\n"
         f"difference {diff:+.3f}, 2 × combined SE = {2 * combined:.3f}: {verdict}; "
         f"{len(trainer.step_log)} steps, training {train_seconds:.0f} s, total {run['total_seconds']:.0f} s\n"
-        f"wrote {out / 'run.json'} and {out / 'reward_curve.png'}"
+        + (f"\n{bfcl_line(o.bfcl)}" if o.bfcl else "")
+        + f"\npeak RSS of the process tree: {run['memory']['peak_rss_gb']:.2f} GB ({run['memory']['peak_phase']})"
+        f"\nwrote {out / 'run.json'} and {out / 'reward_curve.png'}"
     )
     return run
 

@@ -19,7 +19,7 @@ from agentrl_envs.protocol.agentrl import SampleIndex
 
 from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode
 
-__all__ = ["evaluate", "summarize"]
+__all__ = ["evaluate", "pass_at_k", "summarize"]
 
 log = logging.getLogger(__name__)
 
@@ -111,4 +111,26 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, Any]:
     out = block(scored)
     out["infra_failures"] = len(episodes) - len(scored)
     out["per_task"] = {t: block([e for e in scored if e.spec.task == t]) for t in dict.fromkeys(e.spec.task for e in scored)}
+    return out
+
+
+def pass_at_k(episodes: Sequence[Episode], k: int) -> dict[str, Any]:
+    """pass@k from ``k`` sampled episodes per held-out sample (``evaluate(..., repeats=k)``): the
+    share of samples with at least one success (reward 1) among their episodes, with its standard
+    error over samples, overall and per task. A sample with fewer than ``k`` scored episodes (the
+    rest lost to the infrastructure) counts over the ones it has; ``short_samples`` counts them."""
+    by_sample: dict[tuple[str, int], list[Episode]] = {}
+    for e in episodes:
+        if not e.infra_failure:
+            by_sample.setdefault((e.spec.task, e.spec.group_id), []).append(e)
+
+    def block(keys: Sequence[tuple[str, int]]) -> dict[str, Any]:
+        mean, se = _mean_se([float(any(e.reward >= 1.0 for e in by_sample[key])) for key in keys])
+        return {"samples": len(keys), "pass_at_k": mean, "stderr": se}
+
+    keys = list(by_sample)
+    out = block(keys)
+    out["k"] = k
+    out["short_samples"] = sum(len(v) < k for v in by_sample.values())
+    out["per_task"] = {t: block([key for key in keys if key[0] == t]) for t in dict.fromkeys(key[0] for key in keys)}
     return out

@@ -15,8 +15,9 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import threading
 
-__all__ = ["release_freed_memory"]
+__all__ = ["TreeMemory", "release_freed_memory"]
 
 
 @functools.cache
@@ -38,3 +39,78 @@ def release_freed_memory() -> bool:
         return False
     trim(0)  # type: ignore[operator]
     return True
+
+
+class TreeMemory:
+    """Samples the resident memory of this process and all its descendants (the embedded
+    controller and workers, their sandboxes) every ``every_s`` seconds on a thread of its own, and
+    keeps the peak: the figure a machine must hold for a run. RSS is summed over the processes, so
+    pages they share count once per process (an upper bound). ``phase`` labels what runs now; the
+    peak records the phase it was seen in.
+
+    ``with TreeMemory() as m: ...`` then ``m.record()`` (JSON-ready).
+    """
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        import psutil
+
+        self.every_s = every_s
+        self.phase = "start"
+        self.peak_bytes = 0
+        self.peak_phase = ""
+        self.peak_processes = 0
+        self.samples = 0
+        self._root = psutil.Process()
+        self._peaks_by_phase: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> int:
+        """One sample now (bytes); updates the peaks."""
+        import psutil
+
+        procs = [self._root]
+        try:
+            procs += self._root.children(recursive=True)
+        except psutil.Error:
+            pass
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:  # ended between the listing and the read
+                continue
+        self.samples += 1
+        phase = self.phase
+        self._peaks_by_phase[phase] = max(self._peaks_by_phase.get(phase, 0), total)
+        if total > self.peak_bytes:
+            self.peak_bytes, self.peak_phase, self.peak_processes = total, phase, len(procs)
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.sample()
+
+    def __enter__(self) -> TreeMemory:
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="tree-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.sample()
+
+    def record(self) -> dict[str, object]:
+        """The peak of the whole process tree's RSS, in GB, with when and how it was sampled."""
+        return {
+            "peak_rss_gb": self.peak_bytes / 1e9,
+            "peak_phase": self.peak_phase,
+            "peak_processes": self.peak_processes,
+            "peak_rss_gb_by_phase": {k: v / 1e9 for k, v in self._peaks_by_phase.items()},
+            "sampled_every_s": self.every_s,
+            "samples": self.samples,
+            "what": "sum of the RSS of this process and all its descendants (shared pages counted per process)",
+        }

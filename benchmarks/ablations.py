@@ -150,21 +150,29 @@ def run_one(a: argparse.Namespace, condition: str, seed: int, out: Path, base_pa
     return record
 
 
-def run_child(argv: list[str] | None, condition: str, seed: int, out: Path) -> dict[str, Any]:
-    """``run_one`` in a fresh Python process (same arguments); returns the record it wrote."""
+def child_process(argv: list[str] | None, flags: list[str], script: Path | None = None) -> int:
+    """``script`` (this file by default) in a fresh Python process with this process's arguments
+    (``argv``) and ``flags`` (before the demo's arguments after ``--``); returns its exit code.
+    Interrupted here (Ctrl-C, SIGTERM), it stops the child: SIGTERM, which stops the child's
+    controller, workers and engines, then SIGKILL after 60 s."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--" in args:  # the demo's extra arguments stay last
-        cut = args.index("--")
-        args = [*args[:cut], "--run-one", condition, str(seed), *args[cut:]]
-    else:
-        args += ["--run-one", condition, str(seed)]
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args])
+    cut = args.index("--") if "--" in args else len(args)  # the demo's extra arguments stay last
+    proc = subprocess.Popen([sys.executable, str((script or Path(__file__)).resolve()), *args[:cut], *flags, *args[cut:]])
     try:
-        code = proc.wait()
-    except BaseException:  # Ctrl-C / SIGTERM here: the child unwinds too and stops its controller and workers
+        return proc.wait()
+    except BaseException:
         proc.terminate()
-        proc.wait(timeout=120)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         raise
+
+
+def run_child(argv: list[str] | None, condition: str, seed: int, out: Path, script: Path | None = None) -> dict[str, Any]:
+    """``run_one`` in a fresh Python process (:func:`child_process`); returns the record it wrote."""
+    code = child_process(argv, ["--run-one", condition, str(seed)], script)
     path = out / "runs" / f"{condition}-s{seed}.json"
     if code != 0 or not path.exists():
         raise SystemExit(f"run {condition} seed {seed} failed (exit {code}); rerun to resume from the records")

@@ -448,6 +448,26 @@ class FastDecodeBatch:
         self.rows = [self.rows[b] for b in keep]
         self._heads = [self._heads[b] for b in keep]
         self._own, self._start, self._next = self._own[index], self._start[index], self._next[index]
+        self._shrink()
+
+    def _shrink(self) -> None:
+        """Give back slot memory the rows left behind: the buffers grow to the most rows and the
+        longest row ever held (46 KB a token-slot for SmolLM2: 64 slots of 2,048 tokens are 6 GB),
+        so once the rows need less than half of either, they are cut to what the rows still need
+        (their own tokens and the tokens they may still sample, in chunks of 256)."""
+        L, S, KV, T, D = self._k.shape
+        B = len(self.rows)
+        need_t = max((int(self._own[b]) + r.max_tokens - len(r.completion_ids) + 1 for b, r in enumerate(self.rows)), default=0)
+        need_t = -(-need_t // _CHUNK) * _CHUNK
+        if B and S <= 2 * B and T <= max(2 * need_t, _CHUNK):
+            return  # (no rows left: back to the empty buffers a new batch starts with)
+        used = int(self._own.max()) if B else 0
+        for name in ("_k", "_v"):
+            old = getattr(self, name)
+            new = old.new_zeros((L, B, KV, need_t, D))
+            if B:
+                new[:, :, :, :used] = old[:, :B, :, :used]
+            setattr(self, name, new)
 
     def _snapshot(self, b: int) -> None:
         """Keep row ``b``'s context (prompt and the completion tokens fed so far) for reuse."""

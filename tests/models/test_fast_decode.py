@@ -294,3 +294,27 @@ def test_a_row_reusing_a_long_snapshot_gets_a_slot_for_all_its_own_tokens(pair) 
         fresh.step()
     assert cache.hits > hits and len(prompts[1]) - len(prompts[0]) < 20 and len(prompts[1]) > 300
     assert second.completion_ids == ref.generate_tokens(second_prompt, 96)[0]
+
+
+@pytest.mark.model
+def test_slot_memory_goes_back_when_the_rows_that_needed_it_leave(pair) -> None:  # type: ignore[no-untyped-def]
+    """The slot buffers grow to the most rows and the longest row held (46 KB a token-slot); once
+    a long row has left and the rest need less than half, they shrink to what the rows still
+    need, and the rows left decode exactly as alone."""
+    ref, fast = pair
+    long_prompt = ref.encode_prompt([Message(role="user", content="Repeat: " + "the lazy dog, " * 120)])
+    short = _prompts(ref)[:3]
+    batch = fast.new_batch()
+    rows = [DecodeRow(list(long_prompt), 2, 0.0)] + [DecodeRow(list(p), 24, 0.0) for p in short]
+    batch.add(rows)
+    grown = tuple(batch._k.shape)
+    assert grown[3] >= len(long_prompt)  # every slot as long as the long row
+    batch.step()  # the long row's 2 tokens are out: it leaves
+    batch.step()
+    assert rows[0].done and len(batch) == 3
+    shrunk = tuple(batch._k.shape)
+    assert shrunk[1] <= 3 + 1 and shrunk[3] < grown[3] // 2, (grown, shrunk)
+    while len(batch):
+        batch.step()
+    assert tuple(batch._k.shape)[1] == 0  # nothing held once every row has left
+    assert [r.completion_ids for r in rows[1:]] == [ref.generate_tokens(p, 24)[0] for p in short]

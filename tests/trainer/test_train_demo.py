@@ -40,6 +40,9 @@ def test_short_train_demo_writes_the_run_and_the_curve(tmp_path, os_sandbox) -> 
             "--train-seconds", "600",
             "--lag-steps", "2",
             "--lagging-prob", "0.5",
+            "--bfcl-limit", "2",
+            "--bfcl-max-tokens", "16",
+            "--record", str(tmp_path / "record"),
         ]
     )  # fmt: skip
     saved = json.loads((tmp_path / "run.json").read_text())
@@ -63,6 +66,18 @@ def test_short_train_demo_writes_the_run_and_the_curve(tmp_path, os_sandbox) -> 
     assert saved["combined_stderr"] >= 0 and saved["improvement"] == pytest.approx(
         saved["trained"]["mean_reward"] - saved["base"]["mean_reward"]
     )
+    # BFCL, held out (never trained on): the same entries played before and after training
+    bfcl = saved["bfcl"]
+    assert bfcl["base"]["indices"] == bfcl["trained"]["indices"] and len(bfcl["base"]["indices"]) == 2
+    for key in ("base", "trained"):
+        b = bfcl[key]
+        assert b["split"] == "non_live_python" and b["episodes"] == 2 and b["infra_failures"] == 0
+        assert sum(c["n"] for c in b["categories"].values()) == 2 and 0.0 <= b["category_score"] <= 1.0
+    readme = (tmp_path / "record" / "README.md").read_text()  # --record's page says both
+    assert "BFCL (held out, never trained on; split non_live_python, first 2 entries" in readme and "Peak RSS" in readme
+    # the whole process tree's peak RSS, sampled through the run
+    mem = saved["memory"]
+    assert 0 < mem["peak_rss_gb"] < 24 and mem["samples"] >= 2 and mem["peak_phase"] in mem["peak_rss_gb_by_phase"]
     png = tmp_path / "reward_curve.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
