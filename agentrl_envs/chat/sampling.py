@@ -154,7 +154,7 @@ class BatchSampler:
         if on_token is not None:
 
             def callback(token: int) -> None:
-                loop.call_soon_threadsafe(on_token, token)
+                _post(loop, on_token, token)
 
         row = DecodeRow(
             list(prompt_ids),
@@ -205,7 +205,7 @@ class BatchSampler:
             if isinstance(req, _Request):
                 leftovers.append(req)
         for req in leftovers:
-            req.loop.call_soon_threadsafe(_settle, req.future, None, error)
+            _post(req.loop, _settle, req.future, None, error)
 
     # ------------------------------------------------------------------ the sampler thread
 
@@ -287,7 +287,7 @@ class BatchSampler:
         except Exception as e:  # every request of the group learns of it; the batch goes on
             for r in group:
                 self._inflight.pop(id(r.row), None)
-                r.loop.call_soon_threadsafe(_settle, r.future, None, e)
+                _post(r.loop, _settle, r.future, None, e)
             return
         self._answer(ended)
 
@@ -300,7 +300,7 @@ class BatchSampler:
             for r in self._batch.rows:
                 req = self._inflight.pop(id(r), None)
                 if req is not None:
-                    req.loop.call_soon_threadsafe(_settle, req.future, None, e)
+                    _post(req.loop, _settle, req.future, None, e)
             self._batch = None
             return
         self._answer(ended)
@@ -329,10 +329,21 @@ class BatchSampler:
                 row.allowed,
                 self.weights_version,
             )
-            req.loop.call_soon_threadsafe(_settle, req.future, result, None)
+            _post(req.loop, _settle, req.future, result, None)
 
 
 _WAKE: Any = object()  # a queue item that only wakes the sampler thread
+
+
+def _post(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` on the requester's ``loop``; nothing when that loop has closed (its
+    ``asyncio.run`` was interrupted, e.g. by SIGTERM: nobody awaits the answer any more, and
+    raising here would replace the interruption, or kill the sampler thread)."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        if not loop.is_closed():
+            raise
 
 
 def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import httpx
@@ -223,3 +224,31 @@ async def test_n_choices_and_streamed_deltas_match_the_whole_answers(engine: Any
         ]
     finally:
         chat.close()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited")
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_sampler_whose_requester_loop_closed_mid_decode_closes_quietly(engine: Any, streamed: bool) -> None:
+    """SIGTERM during an evaluation: ``asyncio.run`` closes its loop while a row still decodes,
+    then the engine is closed. Answers (tokens, the final result, the closing error) have nobody
+    to go to; posting them to the closed loop raised and turned the demo's exit 143 into 1."""
+    from agentrl_envs.chat.sampling import BatchSampler
+
+    sampler = BatchSampler(engine, max_batch=2, name="orphaned")
+    prompt = engine.encode_prompt(ask(QUESTIONS[0]))
+    seen: list[int] = []
+    loop = asyncio.new_event_loop()
+
+    async def submit() -> None:
+        on_token = seen.append if streamed else None  # streamed: tokens go to the loop as they come
+        asyncio.ensure_future(sampler.generate(prompt, 300, temperature=0.0, on_token=on_token))
+        while sampler.running == 0:
+            await asyncio.sleep(0.01)
+
+    loop.run_until_complete(submit())
+    loop.close()  # what an interrupted asyncio.run does
+    if streamed:
+        time.sleep(0.5)  # the sampler thread posts tokens to the closed loop meanwhile
+    sampler.close()  # settles the orphaned row: nothing raised, here or on the sampler's thread
+    assert not sampler._thread.is_alive()

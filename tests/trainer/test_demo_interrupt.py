@@ -17,8 +17,9 @@ pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 DEMO = [
     "--tasks", "db", "--eval-samples", "8", "--max-steps", "50", "--group-size", "2", "--groups-per-step", "2",
-    "--max-turn-tokens", "12", "--max-turns", "2",
+    "--max-turn-tokens", "12", "--max-turns", "2", "--bfcl-limit", "0",
 ]  # fmt: skip
+# (--bfcl-limit 0: BFCL's evaluations, between the base evaluation and training, are tested in test_train_demo)
 
 
 def _tree(pid: int) -> dict[int, str]:
@@ -46,7 +47,7 @@ def _alive(pids: dict[int, str]) -> dict[int, str]:
 
 @pytest.mark.parametrize("phase", ["training", "evaluation"])
 def test_sigterm_stops_the_demo_and_every_process_it_started(tmp_path: Path, phase: str) -> None:
-    cmd = [sys.executable, "-u", "-m", "agentrl_trainer.demo", "--out", str(tmp_path), *DEMO]
+    cmd = [sys.executable, "-X", "faulthandler", "-u", "-m", "agentrl_trainer.demo", "--out", str(tmp_path), *DEMO]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     seen: dict[int, str] = {}
     log: list[str] = []
@@ -71,7 +72,12 @@ def test_sigterm_stops_the_demo_and_every_process_it_started(tmp_path: Path, pha
         seen.update(_tree(proc.pid))
         assert len(seen) >= 3, seen  # the demo, a controller and a worker at least
         proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=120)  # a hang guard, not a speed check
+        try:
+            rest, _ = proc.communicate(timeout=300)  # a hang guard, not a speed check
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            rest, _ = proc.communicate(timeout=60)
+            pytest.fail("still running 300 s after SIGTERM; its threads:\n" + rest[-8000:])
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -19,11 +19,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "benchmarks" / "results" / "train_demo"
-#: Arguments that say where a run writes or which split it evaluates, not how it trains.
-NOT_SETTINGS = {"out", "record", "eval_split"}
+#: Arguments that say where a run writes or what it evaluates besides (BFCL, held out), not how it
+#: trains; and recomputing activations, which trades memory for compute and trains the same model.
+NOT_SETTINGS = {"out", "record", "eval_split", "bfcl_split", "bfcl_limit", "bfcl_max_tokens", "recompute_activations"}
 #: Options added after records were made, with the value that does what the code did before them
-#: (a record without the key ran that way).
-ADDED_LATER = {"close_calls_in_budget": False, "engine_threads": 0}
+#: (a record without the key ran that way; min_groups_per_step None: min(2, groups per step)).
+ADDED_LATER = {"close_calls_in_budget": False, "engine_threads": 0, "min_groups_per_step": None}
 
 
 def _settings(config: dict[str, Any]) -> dict[str, Any]:
