@@ -55,6 +55,7 @@ import secrets
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -421,10 +422,25 @@ class BubblewrapSandbox(Sandbox):
         if self.cgroup is not None:
             self.cgroup.kill_and_remove()
         elif self.init_pid:
-            for pid in _descendants(self.init_pid):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+            self._kill_without_cgroup()
         remove_session_dir(self.dir, userns=self.backend.userns)
+
+    def _kill_without_cgroup(self) -> None:
+        """No cgroup to kill as one (a container without writable cgroups): stop, then kill, every
+        process of the session, found as the init's descendants and by the session's marker in
+        their environment (a process whose parent died is reparented out of the tree), again until
+        none is left. One pass raced a fork bomb: processes forked between the listing and the
+        kills, or orphaned by them, survived the close (CI, in the OS worker's container)."""
+        needle, init = f"{MARKER_ENV}={self.id}".encode(), self.init_pid or 0
+        for _ in range(200):  # ~4 s at most; a pass of a 64-process bomb takes a few ms
+            pids = {p for p in _descendants(init) if _running(p)} | _marked(needle) if init else _marked(needle)
+            if not pids:
+                return
+            for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: none forks during the kills
+                for pid in pids:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, sig)
+            time.sleep(0.02)
 
 
 def _read_all(fd: int) -> str:
@@ -455,6 +471,30 @@ def _children(pid: int) -> list[int]:
         return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+
+
+def _running(pid: int) -> bool:
+    """Not gone and not a zombie (a killed process waiting for its parent to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def _marked(needle: bytes) -> set[int]:
+    """Live pids whose environment holds ``needle`` (zombies' environments read empty)."""
+    out = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    if needle in f.read():
+                        out.add(int(entry.name))
+            except OSError:
+                continue
+    return out
 
 
 def _descendants(pid: int) -> list[int]:
