@@ -61,9 +61,9 @@ def test_sigterm_stops_the_demo_and_every_process_it_started(tmp_path: Path, pha
             if phase == "evaluation" and "evaluated 1/8 episodes" in line:
                 break
             if phase == "training" and "base: mean reward" in line:
-                deadline = time.monotonic() + 300
+                # the event: the training's workers appear (the test's timeout guards a hang)
                 while not any("--split easy " in c + " " for c in _tree(proc.pid).values()):
-                    assert time.monotonic() < deadline, "the training's workers never came up"
+                    assert proc.poll() is None, "the demo ended before its training's workers came up"
                     time.sleep(0.5)
                 time.sleep(10)  # engines built, rollouts running
                 break
