@@ -33,6 +33,7 @@ __all__ = [
     "prepare_rows",
     "sample_tokens",
     "shared_head_length",
+    "take_cancelled",
     "unpack_token_mask",
 ]
 
@@ -161,6 +162,15 @@ def prepare_rows(rows: Sequence[DecodeRow], engine: DecodeEngine, grammar: ToolC
             raise ValueError("a row with a grammar matcher needs the batch's grammar")
         r.max_tokens = max(1, min(r.max_tokens, engine.max_context - len(r.prompt_ids)))
         r._generator = torch.Generator().manual_seed(r.seed if r.seed is not None else secrets.randbits(63))
+
+
+def take_cancelled(rows: Sequence[DecodeRow]) -> list[DecodeRow]:
+    """The rows whose ``cancelled`` callback says so, marked ``stop_reason`` "cancelled" (the
+    batch then drops them: both decode batches' first move in a step)."""
+    ended = [r for r in rows if r.cancelled is not None and r.cancelled()]
+    for r in ended:
+        r.stop_reason = "cancelled"
+    return ended
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

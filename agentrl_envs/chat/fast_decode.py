@@ -34,7 +34,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from .decode import MIN_HEAD, DecodeEngine, DecodeRow, common_prefix, prepare_rows, sample_tokens, shared_head_length
+from .decode import (
+    MIN_HEAD,
+    DecodeEngine,
+    DecodeRow,
+    common_prefix,
+    prepare_rows,
+    sample_tokens,
+    shared_head_length,
+    take_cancelled,
+)
 from .llama import PackedLlama
 
 if TYPE_CHECKING:
@@ -352,9 +361,7 @@ class FastDecodeBatch:
         """One token for every row; returns (and removes) the rows that ended."""
         if not self.rows:
             return []
-        ended = [r for r in self.rows if r.cancelled is not None and r.cancelled()]
-        for r in ended:
-            r.stop_reason = "cancelled"
+        ended = take_cancelled(self.rows)
         if ended:
             self._drop()
             if not self.rows:

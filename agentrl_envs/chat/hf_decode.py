@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .decode import MIN_HEAD, DecodeEngine, DecodeRow, Sampled, prepare_rows, sample_tokens, shared_head_length
+from .decode import MIN_HEAD, DecodeEngine, DecodeRow, Sampled, prepare_rows, sample_tokens, shared_head_length, take_cancelled
 
 if TYPE_CHECKING:
     from .grammar import ToolCallGrammar
@@ -234,9 +234,7 @@ class DecodeBatch:
         if not self.rows:
             return []
         assert self._attn is not None and self._next is not None and self._pos is not None
-        ended = [r for r in self.rows if r.cancelled is not None and r.cancelled()]
-        for r in ended:
-            r.stop_reason = "cancelled"
+        ended = take_cancelled(self.rows)
         if ended:
             self._drop()
             if not self.rows:
