@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -299,24 +300,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return sweep(a, argv, out, base_path)
 
 
-def sweep(a: argparse.Namespace, argv: list[str] | None, out: Path, base_path: Path) -> dict[str, Any]:
-    """Every (seed, condition) without a record, then the summary."""
+def runs_to_do(a: argparse.Namespace, out: Path) -> Iterator[tuple[str, str, int]]:
+    """``(tag, condition, seed)`` of each run of ``a.conditions`` x ``a.seeds`` that has no record
+    under ``out/runs`` yet, seed-major (an interrupted sweep has every condition at the first
+    seeds); says which it skips and which it starts (``tag``: ``[n/total] condition seed s``)."""
     total = len(a.conditions) * len(a.seeds)
     n = 0
-    for seed in a.seeds:  # seed-major: an interrupted sweep has every condition at the first seeds
+    for seed in a.seeds:
         for condition in a.conditions:
             n += 1
+            tag = f"[{n}/{total}] {condition} seed {seed}"
             if (out / "runs" / f"{condition}-s{seed}.json").exists():
-                print(f"[{n}/{total}] {condition} seed {seed}: recorded, skipped", flush=True)
+                print(f"{tag}: recorded, skipped", flush=True)
                 continue
-            print(f"[{n}/{total}] {condition} seed {seed}: training {a.steps} steps", flush=True)
-            started = time.monotonic()
-            r = run_one(a, condition, seed, out, base_path) if a.in_process else run_child(argv, condition, seed, out)
-            print(
-                f"[{n}/{total}] {condition} seed {seed}: held-out {r['trained']['mean_reward']:.3f} ± "
-                f"{r['trained']['stderr']:.3f}, {r['trajectories_per_s']:.2f} traj/s, {time.monotonic() - started:.0f} s",
-                flush=True,
-            )
+            print(f"{tag}: training {a.steps} steps", flush=True)
+            yield tag, condition, seed
+
+
+def sweep(a: argparse.Namespace, argv: list[str] | None, out: Path, base_path: Path) -> dict[str, Any]:
+    """Every (seed, condition) without a record, then the summary."""
+    for tag, condition, seed in runs_to_do(a, out):
+        started = time.monotonic()
+        r = run_one(a, condition, seed, out, base_path) if a.in_process else run_child(argv, condition, seed, out)
+        print(
+            f"{tag}: held-out {r['trained']['mean_reward']:.3f} ± "
+            f"{r['trained']['stderr']:.3f}, {r['trajectories_per_s']:.2f} traj/s, {time.monotonic() - started:.0f} s",
+            flush=True,
+        )
     summary = summarize(out, a.conditions)
     print_summary(summary)
     return summary

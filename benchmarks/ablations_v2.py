@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ablations import child_process, run_child  # noqa: E402  (a script beside this one: the child-process runner)
+from ablations import child_process, run_child, runs_to_do  # noqa: E402  (a script beside this one: the child-process runner)
 
 RESULTS = Path(__file__).parent / "results" / "ablations-v2"
 
@@ -356,23 +356,14 @@ def sweep(a: argparse.Namespace, argv: list[str] | None, out: Path) -> dict[str,
         code = child_process(argv, ["--run-base"], script)
         if code != 0 or not (out / "base.json").exists():
             raise SystemExit(f"the base evaluation failed (exit {code}); rerun to resume")
-    total = len(a.conditions) * len(a.seeds)
-    n = 0
-    for seed in a.seeds:  # seed-major: an interrupted sweep has every condition at the first seeds
-        for condition in a.conditions:
-            n += 1
-            if (out / "runs" / f"{condition}-s{seed}.json").exists():
-                print(f"[{n}/{total}] {condition} seed {seed}: recorded, skipped", flush=True)
-                continue
-            print(f"[{n}/{total}] {condition} seed {seed}: training {a.steps} steps", flush=True)
-            started = time.monotonic()
-            r = run_child(argv, condition, seed, out, script)
-            f = run_figures(r)
-            print(
-                f"[{n}/{total}] {condition} seed {seed}: held-out {f['heldout_mean_reward']:.3f}, pass@k "
-                f"{f['pass_at_k']:.3f}, peak RSS {f['peak_rss_gb']:.2f} GB, {time.monotonic() - started:.0f} s",
-                flush=True,
-            )
+    for tag, condition, seed in runs_to_do(a, out):
+        started = time.monotonic()
+        f = run_figures(run_child(argv, condition, seed, out, script))
+        print(
+            f"{tag}: held-out {f['heldout_mean_reward']:.3f}, pass@k "
+            f"{f['pass_at_k']:.3f}, peak RSS {f['peak_rss_gb']:.2f} GB, {time.monotonic() - started:.0f} s",
+            flush=True,
+        )
     summary = summarize(out, a.conditions)
     print()
     print(render_markdown(summary))
