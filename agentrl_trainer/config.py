@@ -197,7 +197,8 @@ class AgentRLConfig(GRPOConfig):
 
     > Engines and cross-policy sampling
 
-    - **engine**: `"transformers"` or `"vllm"`; **num_engines**, **engine_max_batch**;
+    - **engine**: `"transformers"` or `"vllm"`; **num_engines**, **engine_max_batch**,
+      **engine_max_slot_tokens** (the bound on a transformers engine's KV slots: its memory);
       **engine_device**: where the transformers engines' copies of the model live (empty: with
       the trained model; `"cpu"` samples on the CPU's cores while a GPU trains);
       **engine_threads**: torch threads each transformers engine decodes with (0: all cores).
@@ -310,6 +311,13 @@ class AgentRLConfig(GRPOConfig):
         },
     )
     engine_max_batch: int = field(default=32, metadata={"help": "Transformers engine: most turns sampled in one batch."})
+    engine_max_slot_tokens: int = field(
+        default=16384,
+        metadata={
+            "help": "Transformers engine (packed decoding): most KV token slots its running turns hold, rows x the "
+            "longest row's own tokens (46 KB a slot for SmolLM2 in float32: 0.75 GB); a turn waits until it fits. 0: no bound."
+        },
+    )
     engine_device: str = field(
         default="",
         metadata={
@@ -455,6 +463,8 @@ class AgentRLConfig(GRPOConfig):
             )
         if self.num_engines < 1:
             raise ValueError("num_engines must be at least 1")
+        if self.engine_max_slot_tokens < 0:
+            raise ValueError("engine_max_slot_tokens must be >= 0 (0: no bound)")
         if not 0.0 <= self.lagging_fraction < 1.0 or not 0.0 <= self.lagging_prob <= 1.0:
             raise ValueError("lagging_fraction must be in [0, 1) and lagging_prob in [0, 1]")
         if self.lag_steps < 1:

@@ -201,8 +201,15 @@ class AgentRLTrainer(GRPOTrainer):
         if self.agentrl_args.engine_device:  # e.g. sample on the CPU's cores while the GPU trains
             model = model.to(self.agentrl_args.engine_device)
         share_frozen_weights(model, self.model)
-        threads = self.agentrl_args.engine_threads or None
-        return LocalEngine.from_model(model, self.processing_class, max_batch=max_batch, name=name, num_threads=threads)
+        args = self.agentrl_args
+        return LocalEngine.from_model(
+            model,
+            self.processing_class,
+            max_batch=max_batch,
+            max_slot_tokens=args.engine_max_slot_tokens,
+            name=name,
+            num_threads=args.engine_threads or None,
+        )
 
     def rollout_settings(self) -> RolloutSettings:
         """How an episode is played (per-turn tokens, limits, sampling), from the config."""

@@ -54,6 +54,11 @@ __all__ = ["FastDecodeBatch", "Head", "HeadCache"]
 _CHUNK = 256  # the own-token capacity of the slots grows in multiples of this
 
 
+def _chunks(tokens: int) -> int:
+    """``tokens`` rounded up to the slots' granularity."""
+    return -(-tokens // _CHUNK) * _CHUNK
+
+
 @dataclass(eq=False)
 class Head:
     """The KV of a prompt prefix that rows share; never changed after it is made.
@@ -112,16 +117,8 @@ class HeadCache:
         its first ``n`` tokens' KV are ``head`` followed by ``own_keys``/``own_values`` (L, KV,
         n - len(head), D) (``None`` when nothing beyond the head). ``(None, None, None, 0)`` when no
         entry shares at least ``MIN_HEAD`` tokens."""
-        best: tuple[int, bool] = (0, False)
-        best_key: tuple[int, ...] | None = None
-        tokens = tuple(tokens)
-        for key, entry in self._entries.items():
-            c = common_prefix(key, tokens)
-            score = (c, isinstance(entry, Head) and len(entry) == c)  # an exact head wins a tie
-            if score > best:
-                best, best_key = score, key
-        n = best[0]
-        if best_key is None or n < MIN_HEAD:
+        best_key, n = self._best(tokens)
+        if best_key is None:
             return None, None, None, 0
         self._entries.move_to_end(best_key)
         self.hits += 1
@@ -136,6 +133,30 @@ class HeadCache:
         if n <= P:
             return (head if n == P else self._cut(head, n)), None, None, n
         return head, entry.keys[:, :, : n - P], entry.values[:, :, : n - P], n
+
+    def _best(self, tokens: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
+        """The key of the entry sharing the longest prefix with ``tokens`` and that length
+        (``(None, 0)`` under ``MIN_HEAD`` tokens); an exact head wins a tie."""
+        best: tuple[int, bool] = (0, False)
+        best_key: tuple[int, ...] | None = None
+        tokens = tuple(tokens)
+        for key, entry in self._entries.items():
+            c = common_prefix(key, tokens)
+            score = (c, isinstance(entry, Head) and len(entry) == c)
+            if score > best:
+                best, best_key = score, key
+        return (best_key, best[0]) if best_key is not None and best[0] >= MIN_HEAD else (None, 0)
+
+    def head_length(self, tokens: Sequence[int]) -> int:
+        """How many of ``tokens`` :meth:`lookup` would hand out as a shared head (not counted as
+        a row's own tokens); changes nothing."""
+        key, n = self._best(tokens)
+        if key is None:
+            return 0
+        entry = self._entries[key]
+        if isinstance(entry, Head) or entry.head is None:
+            return n
+        return min(n, len(entry.head))
 
     def _cut(self, head: Head, n: int) -> Head:
         """``head`` cut to ``n`` tokens, kept as an entry of its own so rows that reuse the same
@@ -181,6 +202,10 @@ class FastDecodeBatch:
 
     Not thread-safe: one thread drives a batch. Every forward pass holds the engine's lock.
     ``steps`` counts decode steps, ``prefilled_tokens`` the prompt tokens computed.
+    ``max_slot_tokens`` (0: none) bounds the slot buffers' size in token slots (rows x the
+    longest row's own tokens, completion budget included; 46 KB each for SmolLM2 in float32):
+    :meth:`room` says how many new rows fit, and the buffers never grow past the bound for rows
+    that fit it (a lone row longer than the bound still runs).
     """
 
     def __init__(
@@ -203,19 +228,43 @@ class FastDecodeBatch:
         self._v = torch.zeros_like(self._k)
         self.steps = 0
         self.prefilled_tokens = 0
+        self.max_slot_tokens = 0
 
     def __len__(self) -> int:
         return len(self.rows)
 
     # ------------------------------------------------------------------ capacity
 
+    def room(self, rows: Sequence[DecodeRow]) -> int:
+        """How many of ``rows``, taken in order, can join now within ``max_slot_tokens`` (all of
+        them when it is 0); an empty batch always takes the first. A row's own tokens are its
+        prompt after the head the cache would share (:meth:`HeadCache.head_length`) plus its
+        ``max_tokens``, rounded up as the buffers are."""
+        if self.max_slot_tokens <= 0:
+            return len(rows)
+        longest = max((self._need(b) for b in range(len(self.rows))), default=0)
+        for k, r in enumerate(rows):
+            prompt = r.prompt_ids
+            head = self.prefix_cache.head_length(prompt[:-1]) if self.prefix_cache is not None else 0
+            longest = max(longest, _chunks(len(prompt) - head + r.max_tokens))
+            if len(self.rows) + k > 0 and (len(self.rows) + k + 1) * longest > self.max_slot_tokens:
+                return k
+        return len(rows)
+
+    def _need(self, b: int) -> int:
+        """Own-token slots row ``b`` may still use: its own tokens and what it may still sample."""
+        r = self.rows[b]
+        return _chunks(int(self._own[b]) + r.max_tokens - len(r.completion_ids) + 1)
+
     def _reserve(self, slots: int, tokens: int) -> None:
         """Make the slot buffers hold at least ``slots`` rows of ``tokens`` own tokens."""
         L, S, KV, T, D = self._k.shape
         if slots <= S and tokens <= T:
             return
-        S2 = max(S, slots, 2 * S if slots > S else 0)
-        T2 = max(T, -(-tokens // _CHUNK) * _CHUNK)
+        T2 = max(T, _chunks(tokens))
+        S2 = max(S, slots, 2 * S if slots > S else 0)  # doubling: fewer copies as rows join
+        if self.max_slot_tokens > 0:  # but not past the bound where the rows fit in it
+            S2 = max(slots, min(S2, self.max_slot_tokens // T2))
         for name in ("_k", "_v"):
             old = getattr(self, name)
             new = old.new_zeros((L, S2, KV, T2, D))  # zeros: masked positions must not hold NaN
@@ -464,8 +513,7 @@ class FastDecodeBatch:
         (their own tokens and the tokens they may still sample, in chunks of 256)."""
         L, S, KV, T, D = self._k.shape
         B = len(self.rows)
-        need_t = max((int(self._own[b]) + r.max_tokens - len(r.completion_ids) + 1 for b, r in enumerate(self.rows)), default=0)
-        need_t = -(-need_t // _CHUNK) * _CHUNK
+        need_t = max((self._need(b) for b in range(B)), default=0)
         if B and S <= 2 * B and T <= max(2 * need_t, _CHUNK):
             return  # (no rows left: back to the empty buffers a new batch starts with)
         used = int(self._own.max()) if B else 0

@@ -126,10 +126,16 @@ class DecodeBatch:
         self._next: torch.Tensor | None = None  # (B,) the last sampled ids, not yet in the cache
         self._pos: torch.Tensor | None = None  # (B,) their positions
         self.steps = 0
+        self.max_slot_tokens = 0  # not enforced here (see room)
         self.prefilled_tokens = 0
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def room(self, rows: Sequence[DecodeRow]) -> int:
+        """How many of ``rows`` can join now: all of them (``max_slot_tokens`` bounds the packed
+        decoder's slot buffers; this path's cache is transformers' own)."""
+        return len(rows)
 
     # ------------------------------------------------------------------ joining
 

@@ -71,7 +71,11 @@ class BatchSampler:
     """Samples the completions of concurrent requests in one continuously batched decode.
 
     ``max_batch``: rows decoded at once. ``prefix_cache_tokens``: prompt-head tokens whose KV is
-    kept for reuse (0: off). ``busy_seconds`` (wall time with rows decoding), ``steps`` (batched
+    kept for reuse (0: off). ``max_slot_tokens`` (0: none): the most KV token slots the running
+    rows may hold in the packed decoder's buffers (rows x the longest row's own tokens; see
+    :class:`.fast_decode.FastDecodeBatch`): a request waits, in order, until it fits; it bounds the
+    decode's memory (46 KB a slot for SmolLM2 in float32: 16,384 slots are 0.75 GB). The
+    transformers path (:class:`.hf_decode.DecodeBatch`) admits up to ``max_batch`` regardless. ``busy_seconds`` (wall time with rows decoding), ``steps`` (batched
     forward passes), ``batches`` (admissions: prefills of one or more requests) and
     ``generated_tokens`` count the work done. ``close()`` stops the thread after the current step;
     requests still waiting or decoding then fail with ``RuntimeError``. ``weights_version``: a
@@ -86,12 +90,16 @@ class BatchSampler:
         max_batch: int = 32,
         batch_wait_s: float = 0.02,
         prefix_cache_tokens: int = 16384,
+        max_slot_tokens: int = 0,
         name: str = "sampler",
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if max_slot_tokens < 0:
+            raise ValueError(f"max_slot_tokens must be >= 0, got {max_slot_tokens}")
         self.engine = engine
         self.max_batch = max_batch
+        self.max_slot_tokens = max_slot_tokens
         self.batch_wait_s = batch_wait_s
         self.prefix_cache = engine.new_prefix_cache(prefix_cache_tokens)
         self.batches = 0
@@ -260,10 +268,13 @@ class BatchSampler:
                 self._step()
 
     def _admit(self) -> None:
-        room = self.max_batch - self.running
-        admitted, self._pending = self._pending[:room], self._pending[room:]
         if self._batch is None:
             self._batch = self.engine.new_batch(prefix_cache=self.prefix_cache)
+            self._batch.max_slot_tokens = self.max_slot_tokens
+        room = self._batch.room([r.row for r in self._pending[: self.max_batch - self.running]])
+        admitted, self._pending = self._pending[:room], self._pending[room:]
+        if not admitted:
+            return
         if any(r.tools for r in admitted):
             grammar = self.engine.tool_call_grammar()
             self._batch.grammar = grammar

@@ -19,7 +19,8 @@ class LocalEngine:
     """Wraps :class:`agentrl_envs.chat.engine.TransformersEngine` with the SDK's batching sampler.
 
     ``generate`` may be awaited by many episodes at once: :class:`agentrl_envs.chat.sampling.BatchSampler`
-    decodes them in one continuously batched decode (a turn that arrives joins the running rows;
+    decodes them in one continuously batched decode (``max_slot_tokens`` bounds its KV memory,
+    see the sampler; a turn that arrives joins the running rows;
     the model server batches its requests the same way). ``load_weights`` drains the running rows,
     then copies tensors into the model by parameter name, so no turn mixes two weight versions. A
     request with ``tools`` is sampled under the tool-call grammar (:mod:`agentrl_envs.chat.grammar`):
@@ -31,12 +32,20 @@ class LocalEngine:
     """
 
     def __init__(
-        self, engine: TransformersEngine, *, max_batch: int = 32, batch_wait_s: float = 0.02, name: str = "engine"
+        self,
+        engine: TransformersEngine,
+        *,
+        max_batch: int = 32,
+        max_slot_tokens: int = 0,
+        batch_wait_s: float = 0.02,
+        name: str = "engine",
     ) -> None:
         self.engine = engine
         self.name = name
         self.version = 0
-        self.sampler = BatchSampler(engine, max_batch=max_batch, batch_wait_s=batch_wait_s, name=name)
+        self.sampler = BatchSampler(
+            engine, max_batch=max_batch, max_slot_tokens=max_slot_tokens, batch_wait_s=batch_wait_s, name=name
+        )
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, tokenizer: Any, *, num_threads: int | None = None, **kwargs: Any) -> LocalEngine:

@@ -318,3 +318,64 @@ def test_slot_memory_goes_back_when_the_rows_that_needed_it_leave(pair) -> None:
         batch.step()
     assert tuple(batch._k.shape)[1] == 0  # nothing held once every row has left
     assert [r.completion_ids for r in rows[1:]] == [ref.generate_tokens(p, 24)[0] for p in short]
+
+
+def test_head_length_says_what_lookup_would_share_and_changes_nothing() -> None:
+    from agentrl_envs.chat.fast_decode import Head
+
+    L, KV, D = 2, 1, 4
+    cache = HeadCache(10_000)
+    system = tuple(range(40))
+    head = Head(system, torch.zeros(L, KV, 40, D), torch.zeros(L, KV, 40, D))
+    cache.add_head(head)
+    row = system + tuple(range(200, 230))
+    cache.add_snapshot(row, head, torch.zeros(L, KV, 30, D), torch.zeros(L, KV, 30, D))
+    before = (cache.hits, cache.reused_tokens, list(cache._entries))
+    # the snapshot's own 30 tokens go into the row's slot: only the head is shared
+    assert cache.head_length(row + (7,)) == 40
+    assert cache.head_length(system[:30] + (999,)) == 30
+    assert cache.head_length((5000, 5001)) == 0
+    assert (cache.hits, cache.reused_tokens, list(cache._entries)) == before
+    assert cache.lookup(row + (7,))[0] is head
+
+
+@pytest.mark.model
+def test_a_slot_token_bound_holds_rows_back_and_changes_no_completion(pair) -> None:  # type: ignore[no-untyped-def]
+    """With ``max_slot_tokens`` the slot buffers (rows x longest own tokens) never pass the
+    bound while more than one row runs: a request that would pass it waits its turn; every
+    completion is the one sampled without a bound."""
+    ref, fast = pair
+    long_prompt = ref.encode_prompt([Message(role="user", content="Repeat: " + "the lazy dog, " * 150)])
+    assert 512 < len(long_prompt) + 16 <= 768  # its slot: 768 tokens, so no second row fits 1,024
+    prompts = [list(long_prompt)] + _prompts(ref)[:4]
+    bound = 2 * 512
+    batch = fast.new_batch()
+    batch.max_slot_tokens = bound
+    rows = [DecodeRow(list(p), 16, 0.0) for p in prompts]
+    assert batch.room(rows) == 1 and batch.room(rows[1:]) == 4  # 4 x 256 short slots fit
+    seen: list[tuple[int, int, int]] = []
+    waiting = list(rows)
+    while waiting or len(batch):
+        k = batch.room(waiting)
+        if k:
+            batch.add(waiting[:k])
+            waiting = waiting[k:]
+        S, T = batch._k.shape[1], batch._k.shape[3]
+        seen.append((len(batch), S, T))
+        if len(batch) > 1:
+            assert S * T <= bound, seen
+        batch.step()
+    assert seen[0][0] == 1 and max(n for n, _, _ in seen) == 4, seen
+    assert [r.completion_ids for r in rows] == [ref.generate_tokens(p, 16)[0] for p in prompts]
+
+    async def through_the_sampler() -> list[list[int]]:
+        sampler = BatchSampler(fast, max_batch=8, max_slot_tokens=bound)
+        try:
+            done = await asyncio.gather(*(sampler.generate(p, 16, 0.0) for p in prompts))
+        finally:
+            sampler.close()
+        return [d.completion_ids for d in done]
+
+    assert asyncio.run(through_the_sampler()) == [r.completion_ids for r in rows]
+    with pytest.raises(ValueError, match="max_slot_tokens"):
+        BatchSampler(fast, max_slot_tokens=-1)
