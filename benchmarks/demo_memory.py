@@ -1,0 +1,122 @@
+"""Where a CPU demo run's memory goes: the demo (``agentrl_trainer.demo``) with a sampler beside it.
+
+    .venv/bin/python benchmarks/demo_memory.py SAMPLES.jsonl [demo arguments ...]
+    .venv/bin/python benchmarks/demo_memory.py --summarize SAMPLES.jsonl [...] --out RESULT.json
+
+Every second it writes one JSON line: the demo process's RSS (``main``), its descendants' summed
+RSS (``kids``: the embedded controllers and workers), the bytes of every live fast-decode batch's
+KV slot buffers (``slots``, with their (slots, own tokens, rows) shapes and each row's own
+tokens) and of the engines' head caches (``cache``). The demo's own ``run.json`` has the peak by
+phase (``agentrl_trainer.memory.TreeMemory``); this says which part of the process holds it.
+``--summarize`` reduces sample files to their peaks (JSON, and a line each on stdout).
+
+The committed results (benchmarks/results/demo_memory/) are 3-step probes of the demo's defaults
+(``--max-steps 3 --eval-samples 13 --bfcl-limit 0``), before and after the KV slot bound and the
+heap's mmap threshold (issue 39, item 4).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+
+def _storage_bytes(tensors: list[Any]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        s = t.untyped_storage()
+        if s.data_ptr() not in seen:
+            seen.add(s.data_ptr())
+            total += s.nbytes()
+    return total
+
+
+def sample_while(path: Path) -> None:
+    """Start the sampling thread (a daemon) writing to ``path``; tracks batches and caches made from now on."""
+    import psutil
+
+    from agentrl_envs.chat import fast_decode
+
+    batches: weakref.WeakSet = weakref.WeakSet()
+    caches: weakref.WeakSet = weakref.WeakSet()
+    for cls, registry in ((fast_decode.FastDecodeBatch, batches), (fast_decode.HeadCache, caches)):
+        init = cls.__init__
+
+        def tracked(self: Any, *a: Any, _init: Any = init, _registry: Any = registry, **k: Any) -> None:
+            _init(self, *a, **k)
+            _registry.add(self)
+
+        cls.__init__ = tracked  # type: ignore[method-assign]
+    out = path.open("w")
+
+    def run() -> None:
+        me = psutil.Process()
+        while True:
+            try:
+                kids = me.children(recursive=True)
+                live = list(batches)
+                rec = {
+                    "t": time.time(),
+                    "main": me.memory_info().rss,
+                    "kids": sum(p.memory_info().rss for p in kids if p.is_running()),
+                    "slots": sum(b._k.untyped_storage().nbytes() * 2 for b in live),
+                    "slot_shapes": [[b._k.shape[1], b._k.shape[3], len(b.rows)] for b in live],
+                    "own": [sorted(b._own.tolist()) for b in live],
+                    "cache": sum(
+                        _storage_bytes([x for e in list(c._entries.values()) for x in (e.keys, e.values)]) for c in list(caches)
+                    ),
+                }
+                out.write(json.dumps(rec) + "\n")
+                out.flush()
+            except Exception as e:  # a process or batch gone between the listing and the read
+                out.write(json.dumps({"error": repr(e)}) + "\n")
+            time.sleep(1.0)
+
+    threading.Thread(target=run, name="demo-memory", daemon=True).start()
+
+
+def summarize(path: Path) -> dict[str, Any]:
+    rows = [r for r in map(json.loads, path.read_text().splitlines()) if "t" in r]
+    top = max(rows, key=lambda r: r["main"] + r["kids"])
+    return {
+        "samples": len(rows),
+        "seconds": rows[-1]["t"] - rows[0]["t"],
+        "peak_total_gb": (top["main"] + top["kids"]) / 1e9,
+        "at_peak": {
+            "main_gb": top["main"] / 1e9,
+            "kids_gb": top["kids"] / 1e9,
+            "slots_gb": top["slots"] / 1e9,
+            "cache_gb": top["cache"] / 1e9,
+        },
+        "peak_main_gb": max(r["main"] for r in rows) / 1e9,
+        "peak_slots_gb": max(r["slots"] for r in rows) / 1e9,
+        "peak_cache_gb": max(r["cache"] for r in rows) / 1e9,
+    }
+
+
+def main() -> None:
+    if sys.argv[1] == "--summarize":
+        args = sys.argv[2:]
+        out = Path(args[args.index("--out") + 1])
+        files = [a for a in args if a != "--out" and a != str(out)]
+        result = {f: summarize(Path(f)) for f in files}
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        for f, s in result.items():
+            print(
+                f"{f}: peak {s['peak_total_gb']:.2f} GB (main {s['at_peak']['main_gb']:.2f}, slots {s['peak_slots_gb']:.2f} at most)"
+            )
+        return
+    sample_while(Path(sys.argv[1]))
+    from agentrl_trainer import demo
+
+    demo.main(sys.argv[2:])
+
+
+if __name__ == "__main__":
+    main()
