@@ -197,11 +197,11 @@ class AgentRLTrainer(GRPOTrainer):
         The frozen weights (LoRA's base) are the trained model's own tensors, not a copy, where
         the engine lives on the same device (:func:`~agentrl_trainer.distributed.share_frozen_weights`).
         """
-        model = build_copy(self.model)
-        if self.agentrl_args.engine_device:  # e.g. sample on the CPU's cores while the GPU trains
-            model = model.to(self.agentrl_args.engine_device)
-        share_frozen_weights(model, self.model)
         args = self.agentrl_args
+        model = build_copy(self.model)
+        if args.engine_device:  # e.g. sample on the CPU's cores while the GPU trains
+            model = model.to(args.engine_device)
+        share_frozen_weights(model, self.model)
         return LocalEngine.from_model(
             model,
             self.processing_class,

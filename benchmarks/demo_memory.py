@@ -101,12 +101,15 @@ def summarize(path: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    if sys.argv[1] == "--summarize":
-        args = sys.argv[2:]
-        out = Path(args[args.index("--out") + 1])
-        files = [a for a in args if a != "--out" and a != str(out)]
-        result = {f: summarize(Path(f)) for f in files}
-        out.write_text(json.dumps(result, indent=1) + "\n")
+    if sys.argv[1:2] == ["--summarize"]:
+        import argparse
+
+        p = argparse.ArgumentParser(prog="demo_memory.py --summarize")
+        p.add_argument("files", nargs="+", type=Path)
+        p.add_argument("--out", type=Path, required=True)
+        a = p.parse_args(sys.argv[2:])
+        result = {str(f): summarize(f) for f in a.files}
+        a.out.write_text(json.dumps(result, indent=1) + "\n")
         for f, s in result.items():
             print(
                 f"{f}: peak {s['peak_total_gb']:.2f} GB (main {s['at_peak']['main_gb']:.2f}, slots {s['peak_slots_gb']:.2f} at most)"

@@ -75,8 +75,8 @@ class BatchSampler:
     rows may hold in the packed decoder's buffers (rows x the longest row's own tokens; see
     :class:`.fast_decode.FastDecodeBatch`): a request waits, in order, until it fits; it bounds the
     decode's memory (46 KB a slot for SmolLM2 in float32: 16,384 slots are 0.75 GB). The
-    transformers path (:class:`.hf_decode.DecodeBatch`) admits up to ``max_batch`` regardless. ``busy_seconds`` (wall time with rows decoding), ``steps`` (batched
-    forward passes), ``batches`` (admissions: prefills of one or more requests) and
+    transformers path (:class:`.hf_decode.DecodeBatch`) admits up to ``max_batch`` regardless.
+    ``busy_seconds`` (wall time with rows decoding), ``steps`` (batched forward passes), ``batches`` (admissions: prefills of one or more requests) and
     ``generated_tokens`` count the work done. ``close()`` stops the thread after the current step;
     requests still waiting or decoding then fail with ``RuntimeError``. ``weights_version``: a
     label of the weights, set by whoever changes them (inside :meth:`exclusive`, where nothing

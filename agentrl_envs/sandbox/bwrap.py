@@ -433,7 +433,7 @@ class BubblewrapSandbox(Sandbox):
         kills, or orphaned by them, survived the close (CI, in the OS worker's container)."""
         needle, init = f"{MARKER_ENV}={self.id}".encode(), self.init_pid or 0
         for _ in range(200):  # ~4 s at most; a pass of a 64-process bomb takes a few ms
-            pids = {p for p in _descendants(init) if _running(p)} | _marked(needle) if init else _marked(needle)
+            pids = _marked(needle) | {p for p in _descendants(init) if _running(p)}
             if not pids:
                 return
             for sig in (signal.SIGSTOP, signal.SIGKILL):  # stopped first: none forks during the kills
