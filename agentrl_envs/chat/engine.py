@@ -374,5 +374,5 @@ class TransformersEngine:
                     raise RuntimeError(f"{name}: shape {tuple(tensor.shape)} given, model has {tuple(target.shape)}")
                 target.copy_(tensor.to(dtype=target.dtype))
             if self.packed is not None:
-                self.packed.refresh()
+                self.packed.refresh(changed=[own[name] for name in state_dict])
         return missing

@@ -1,7 +1,8 @@
 """The per-layer arithmetic of a Llama-family decoder for CPU inference, with oneDNN-packed weights.
 
 :class:`PackedLlama` reads a transformers Llama-layout model (``llama``, ``mistral`` without a
-sliding window, ``qwen2`` without one; LoRA adapters of peft merged in) and exposes the pieces of
+sliding window, ``qwen2`` without one; peft's LoRA adapters applied beside the base weights, as
+peft computes them unmerged) and exposes the pieces of
 its forward: :meth:`~PackedLlama.embed`, :meth:`~PackedLlama.rotary` (the rotary embedding's
 factors, once per forward), :meth:`~PackedLlama.qkv` (projections, rotary embedding applied),
 :meth:`~PackedLlama.finish_layer` (output projection, MLP, residuals) and :meth:`~PackedLlama.logits`. Attention is the caller's (:mod:`.fast_decode` keeps the KV cache
@@ -23,11 +24,16 @@ is what moves it: a 30-layer pass measured 42.5 -> 24.5 ms at one row, 64 -> 40 
 core, AVX-512 BF16). Not exact: logprobs move by up to ~0.1 and a greedy completion can part
 from float32's, so the trainer's engines stay float32 (its importance ratios use their logprobs).
 
-After the model's weights change (an RL step), call :meth:`PackedLlama.refresh`.
+After the model's weights change (an RL step), call :meth:`PackedLlama.refresh`. The packed copies
+of a peft model's frozen weights are shared by every PackedLlama over the same tensors (the RL
+trainer's engines are copies of one model that share its base weights), so each further engine
+costs its adapters, not another packed model, and reloading an adapter repacks nothing.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,20 +91,66 @@ def _weight_and_bias(linear: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, None if base.bias is None else base.bias.detach()
 
 
+def _plain_adapters(linear: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """A LoRA-wrapped linear layer's active adapters as ``(A, B * scaling)`` pairs, to apply beside
+    its base weight: ``x A^T (sB)^T`` is peft's unmerged forward in eval mode. ``None`` where the
+    layer is not LoRA-wrapped, is merged, or has an adapter that is not a plain low-rank product
+    (DoRA, an adapter bias): :func:`_weight_and_bias` merges those."""
+    if getattr(linear, "base_layer", None) is None or getattr(linear, "merged", False):
+        return None
+    if getattr(linear, "disable_adapters", False):
+        return []
+    pairs = []
+    for name in linear.active_adapters:
+        if name not in getattr(linear, "lora_A", {}):
+            continue
+        if getattr(linear, "use_dora", {}).get(name) or getattr(linear, "lora_bias", {}).get(name):
+            return None
+        if getattr(linear, "fan_in_fan_out", False):
+            return None
+        a, b = linear.lora_A[name].weight.detach(), linear.lora_B[name].weight.detach()
+        pairs.append((a.float(), (b * linear.scaling[name]).float()))
+    return pairs
+
+
 def _cat_bias(biases: list[torch.Tensor | None], sizes: list[int]) -> torch.Tensor | None:
     if all(b is None for b in biases):
         return None
     return torch.cat([b if b is not None else torch.zeros(n) for b, n in zip(biases, sizes, strict=True)])
 
 
+def _stack(weights: list[torch.Tensor]) -> torch.Tensor:
+    return weights[0] if len(weights) == 1 else torch.cat(weights)
+
+
+# Packed copies of frozen weights, shared by every PackedLlama that reads the same tensors: the
+# RL trainer's engines are copies of one peft model whose base weights are the trained model's own
+# tensors (agentrl_trainer.distributed.share_frozen_weights), so each engine packing its own copy
+# held the same 0.54 GB (SmolLM2-135M, float32) once per engine (measured in the demo: two engines,
+# 1.08 GB). Keyed by the sources' address, shape, stride and dtype (not their version counters:
+# a parameter pointed at another's storage, ``p.data = q.data``, counts its own); a refresh told
+# that a source changed repacks it and replaces the entry. An entry lives while some PackedLlama
+# holds it, and that one's model keeps the sources alive, so an address is not reused under it.
+_SHARED_PACKS: weakref.WeakValueDictionary[tuple[Any, ...], torch.Tensor] = weakref.WeakValueDictionary()
+
+
+@dataclass
+class _Linear:
+    """One (possibly fused) projection: a packed weight and bias, and the LoRA adapters applied
+    beside it (``lora_a`` (R, in), ``lora_b`` (out, R) with the scaling in; ``None``: none)."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    lora_a: torch.Tensor | None = None
+    lora_b: torch.Tensor | None = None
+
+
 @dataclass
 class _Layer:
-    qkv: torch.Tensor  # packed (H*D + 2*KV*D, E)
-    qkv_bias: torch.Tensor | None
-    o: torch.Tensor  # packed (E, H*D)
-    o_bias: torch.Tensor | None
-    gate_up: torch.Tensor  # packed (2*I, E)
-    down: torch.Tensor  # packed (E, I)
+    qkv: _Linear  # (H*D + 2*KV*D, E)
+    o: _Linear  # (E, H*D)
+    gate_up: _Linear  # (2*I, E)
+    down: _Linear  # (E, I)
     norm1: torch.Tensor  # (E,)
     norm2: torch.Tensor  # (E,)
     eps1: float
@@ -134,30 +186,35 @@ class PackedLlama:
         self.vocab_size = int(config.vocab_size)
         self.scale = self.head_dim**-0.5
         self._packed = _oneDNN_available()
-        self.refresh()
+        self.refresh(changed=())
 
     @torch.no_grad()
-    def refresh(self) -> None:
-        """Re-read the model's weights (after they changed): pack them, merge LoRA deltas."""
+    def refresh(self, changed: Collection[torch.Tensor] | None = None) -> None:
+        """Re-read the model's weights after ``changed`` (tensors of its parameters) changed;
+        ``None``: any may have, so everything is repacked.
+
+        A peft model's LoRA adapters are applied beside its base weights, as peft computes them
+        unmerged, and the packed base weights are shared with every other PackedLlama over the
+        same frozen tensors (``_SHARED_PACKS``): reloading an adapter repacks nothing. A base
+        weight in ``changed`` is repacked (and replaces the shared entry; other PackedLlamas over
+        it follow when they refresh). Other weights, and adapters that are not a plain low-rank
+        product (DoRA), are merged and packed at every refresh.
+        """
+        self._changed = None if changed is None else {t.data_ptr() for t in changed}
         base = _base_model(self.model)
         inner = base.model
-        H, KV, D = self.n_heads, self.n_kv_heads, self.head_dim
         layers = []
         for layer in inner.layers:
             att, mlp = layer.self_attn, layer.mlp
-            (wq, bq), (wk, bk), (wv, bv) = (_weight_and_bias(m) for m in (att.q_proj, att.k_proj, att.v_proj))
-            wo, bo = _weight_and_bias(att.o_proj)
-            (wg, bg), (wu, bu), (wd, bd) = (_weight_and_bias(m) for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
-            if bg is not None or bu is not None or bd is not None:
+            gate_up, down = self._fuse([mlp.gate_proj, mlp.up_proj]), self._fuse([mlp.down_proj])
+            if gate_up.bias is not None or down.bias is not None:
                 raise ValueError("PackedLlama cannot run this model: an MLP with biases")
             layers.append(
                 _Layer(
-                    qkv=self._pack(torch.cat([wq, wk, wv])),
-                    qkv_bias=_cat_bias([bq, bk, bv], [H * D, KV * D, KV * D]),
-                    o=self._pack(wo),
-                    o_bias=bo,
-                    gate_up=self._pack(torch.cat([wg, wu])),
-                    down=self._pack(wd),
+                    qkv=self._fuse([att.q_proj, att.k_proj, att.v_proj]),
+                    o=self._fuse([att.o_proj]),
+                    gate_up=gate_up,
+                    down=down,
                     norm1=layer.input_layernorm.weight.detach(),
                     norm2=layer.post_attention_layernorm.weight.detach(),
                     eps1=float(layer.input_layernorm.variance_epsilon),
@@ -168,9 +225,7 @@ class PackedLlama:
         self._embed = inner.embed_tokens.weight.detach()
         self._norm = inner.norm.weight.detach()
         self._norm_eps = float(inner.norm.variance_epsilon)
-        head, head_bias = _weight_and_bias(base.lm_head)
-        self._head = self._pack(head)
-        self._head_bias = head_bias
+        self._head = self._fuse([base.lm_head])
         rotary = inner.rotary_emb
         positions = torch.arange(int(base.config.max_position_embeddings), dtype=torch.float32)
         freqs = positions[:, None] * rotary.inv_freq.float()[None, :]  # (T, D/2), as transformers computes it
@@ -178,6 +233,7 @@ class PackedLlama:
         scaling = float(getattr(rotary, "attention_scaling", 1.0))
         self._cos = angles.cos() * scaling  # (T, D)
         sin = angles.sin() * scaling
+        D = self.head_dim
         half = D // 2
         # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated)
         self._sin_signed = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # (T, D)
@@ -190,13 +246,63 @@ class PackedLlama:
         weight = weight.to(self.dtype).contiguous()
         return torch.ops.mkldnn._reorder_linear_weight(weight) if self._packed else weight
 
-    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def _fuse(self, linears: list[Any]) -> _Linear:
+        """``linears`` (same input) as one projection: their weights stacked and packed, their
+        LoRA adapters stacked beside (A's rows stacked, B block-diagonal)."""
+        frozen = hasattr(self.model, "get_base_model")  # peft freezes every weight but the adapters'
+        sources, biases, adapters = [], [], []
+        shareable = frozen
+        for linear in linears:
+            pairs = _plain_adapters(linear)
+            if pairs is not None:  # LoRA-wrapped: its base weight, adapters beside
+                layer = linear.base_layer
+            elif getattr(linear, "base_layer", None) is None:
+                layer, pairs = linear, []
+            else:  # merged, or an adapter kept merged: a weight of this PackedLlama's own
+                weight, bias = _weight_and_bias(linear)
+                sources.append(weight)
+                biases.append(bias)
+                adapters.append([])
+                shareable = False
+                continue
+            sources.append(layer.weight.detach())
+            biases.append(None if layer.bias is None else layer.bias.detach())
+            adapters.append(pairs)
+        sizes = [int(w.shape[0]) for w in sources]
+        fused = _Linear(self._pack_shared(sources) if shareable else self._pack(_stack(sources)), _cat_bias(biases, sizes))
+        if any(adapters):
+            rank = sum(int(a.shape[0]) for pairs in adapters for a, _ in pairs)
+            lora_b = torch.zeros(sum(sizes), rank)
+            row = col = 0
+            for size, pairs in zip(sizes, adapters, strict=True):
+                for _, b in pairs:
+                    lora_b[row : row + size, col : col + b.shape[1]] = b
+                    col += b.shape[1]
+                row += size
+            fused.lora_a = torch.cat([a for pairs in adapters for a, _ in pairs]).t().contiguous()  # (in, R)
+            fused.lora_b = lora_b.t().contiguous()  # (R, out)
+        return fused
+
+    def _pack_shared(self, sources: list[torch.Tensor]) -> torch.Tensor:
+        key = (self.dtype, self._packed, tuple((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) for t in sources))
+        packed = _SHARED_PACKS.get(key)
+        changed = self._changed
+        if packed is None or changed is None or any(t.data_ptr() in changed for t in sources):
+            packed = self._pack(_stack(sources))
+            _SHARED_PACKS[key] = packed
+        return packed
+
+    def _linear(self, x: torch.Tensor, weight: _Linear) -> torch.Tensor:
         if self.dtype != torch.float32:  # the product in bfloat16, the result back in float32
-            bias = None if bias is None else bias.to(self.dtype)
-            return torch.ops.mkldnn._linear_pointwise(x.to(self.dtype), weight, bias, "none", [], "").float()
-        if self._packed:
-            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-        return F.linear(x, weight, bias)
+            bias = None if weight.bias is None else weight.bias.to(self.dtype)
+            y = torch.ops.mkldnn._linear_pointwise(x.to(self.dtype), weight.weight, bias, "none", [], "").float()
+        elif self._packed:
+            y = torch.ops.mkldnn._linear_pointwise(x, weight.weight, weight.bias, "none", [], "")
+        else:
+            y = F.linear(x, weight.weight, weight.bias)
+        if weight.lora_a is not None:  # peft's unmerged forward: x A^T (sB)^T, in float32
+            y = y.addmm_(x.mm(weight.lora_a), weight.lora_b)
+        return y
 
     @staticmethod
     def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -223,7 +329,7 @@ class PackedLlama:
         w = self._layers[i]
         H, KV, D = self.n_heads, self.n_kv_heads, self.head_dim
         h = self._rms(x, w.norm1, w.eps1)
-        qkv = self._linear(h, w.qkv, w.qkv_bias)  # (N, (H + 2 KV) D)
+        qkv = self._linear(h, w.qkv)  # (N, (H + 2 KV) D)
         N = qkv.shape[0]
         qk = qkv[:, : (H + KV) * D].view(N, H + KV, D)
         cos, sin = rotary  # (N, 1, D)
@@ -235,7 +341,7 @@ class PackedLlama:
         """Layer ``i``'s output: ``x`` (N, E) plus the projected attention ``attended`` (N, H*D),
         then the MLP block."""
         w = self._layers[i]
-        x = x + self._linear(attended, w.o, w.o_bias)
+        x = x + self._linear(attended, w.o)
         h = self._rms(x, w.norm2, w.eps2)
         gate_up = self._linear(h, w.gate_up)  # (N, 2 I)
         inter = self.intermediate
@@ -243,7 +349,7 @@ class PackedLlama:
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """(N, E) last hidden states -> (N, V) fp32 logits."""
-        return self._linear(self._rms(x, self._norm, self._norm_eps), self._head, self._head_bias).float()
+        return self._linear(self._rms(x, self._norm, self._norm_eps), self._head).float()
 
 
 def bfloat16_available() -> bool:

@@ -379,3 +379,52 @@ def test_a_slot_token_bound_holds_rows_back_and_changes_no_completion(pair) -> N
     assert asyncio.run(through_the_sampler()) == [r.completion_ids for r in rows]
     with pytest.raises(ValueError, match="max_slot_tokens"):
         BatchSampler(fast, max_slot_tokens=-1)
+
+
+def test_engines_over_one_frozen_base_share_its_packed_copy() -> None:
+    """Two engines over peft models that share their frozen base tensors (the RL trainer's
+    engines: agentrl_trainer.distributed.share_frozen_weights) hold one packed base, not one each;
+    each still decodes as transformers computes its own adapters, before and after an adapter
+    load, and the load repacks nothing."""
+    peft = pytest.importorskip("peft")
+    import copy
+
+    import transformers
+
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    )
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+    first = peft.get_peft_model(transformers.LlamaForCausalLM(config), lora).eval()
+    second = copy.deepcopy(first)
+    frozen = {n: p for n, p in first.named_parameters() if not p.requires_grad}
+    for name, p in second.named_parameters():
+        if name in frozen:
+            p.data = frozen[name].data
+    engines = [TransformersEngine.from_model(m, TinyTokenizer(), packed=True) for m in (first, second)]
+    refs = [TransformersEngine.from_model(m, TinyTokenizer(), packed=False) for m in (first, second)]
+    a, b = (e.packed for e in engines)
+    assert a is not None and b is not None
+    assert all(x.qkv.weight is y.qkv.weight and x.down.weight is y.down.weight for x, y in zip(a._layers, b._layers, strict=True))
+    assert a._head.weight is b._head.weight
+    assert a._layers[0].qkv.lora_a is not None and a._layers[0].qkv.lora_a is not b._layers[0].qkv.lora_a
+    prompts = [[1, 5, 9, 13, 17, 21, 25, 29, 33, 3], [1, 5, 9, 13, 17, 21, 25, 29, 33, 70, 71]]
+
+    def same(i: int) -> list[list[int]]:
+        x, y = refs[i].generate_batch(prompts, 10, temperature=0.0), engines[i].generate_batch(prompts, 10, temperature=0.0)
+        assert [r[0] for r in x] == [r[0] for r in y]
+        assert max(abs(u - v) for p, q in zip(x, y, strict=True) for u, v in zip(p[1], q[1], strict=True)) < 1e-4
+        return [r[0] for r in y]
+
+    before = [same(0), same(1)]
+    packed_before = a._layers[1].gate_up.weight
+    new = {n: t + 0.5 * torch.randn_like(t) for n, t in second.state_dict().items() if "lora_" in n}
+    engines[1].load_state_dict(new, strict=False)
+    assert same(0) == before[0]  # the first engine's adapters did not move
+    assert same(1) != before[1]
+    assert b._layers[1].gate_up.weight is packed_before is a._layers[1].gate_up.weight  # nothing repacked
+    name = next(n for n in first.state_dict() if n.endswith("layers.1.mlp.up_proj.base_layer.weight"))
+    engines[0].load_state_dict({name: 3 * torch.randn_like(first.state_dict()[name])}, strict=False)  # a base weight: repacked
+    assert a._layers[1].gate_up.weight is not packed_before
+    assert same(0) != before[0]
