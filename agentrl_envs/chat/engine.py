@@ -247,15 +247,19 @@ class TransformersEngine:
         return [(r.completion_ids, r.logprobs) for r in rows]
 
     def new_batch(
-        self, grammar: ToolCallGrammar | None = None, prefix_cache: HeadCache | PrefixCache | None = None
+        self,
+        grammar: ToolCallGrammar | None = None,
+        prefix_cache: HeadCache | PrefixCache | None = None,
+        max_slot_tokens: int = 0,
     ) -> FastDecodeBatch | DecodeBatch:
         """An empty decode batch of this engine's kind (packed or transformers' forward), using
-        ``prefix_cache`` (made by :meth:`new_prefix_cache`) when given."""
+        ``prefix_cache`` (made by :meth:`new_prefix_cache`) when given; ``max_slot_tokens`` bounds
+        the packed batch's KV slots (0: none; see :class:`.fast_decode.FastDecodeBatch`)."""
         if self.packed is not None:
             assert prefix_cache is None or isinstance(prefix_cache, HeadCache)
-            return FastDecodeBatch(self, grammar, prefix_cache)
+            return FastDecodeBatch(self, grammar, prefix_cache, max_slot_tokens)
         assert prefix_cache is None or isinstance(prefix_cache, PrefixCache)
-        return DecodeBatch(self, grammar, prefix_cache)
+        return DecodeBatch(self, grammar, prefix_cache, max_slot_tokens)
 
     def new_prefix_cache(self, max_tokens: int) -> HeadCache | PrefixCache:
         """A cache of prompt heads for :meth:`new_batch`, bounded to ``max_tokens`` (0: off)."""

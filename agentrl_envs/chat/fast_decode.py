@@ -209,7 +209,11 @@ class FastDecodeBatch:
     """
 
     def __init__(
-        self, engine: DecodeEngine, grammar: ToolCallGrammar | None = None, prefix_cache: HeadCache | None = None
+        self,
+        engine: DecodeEngine,
+        grammar: ToolCallGrammar | None = None,
+        prefix_cache: HeadCache | None = None,
+        max_slot_tokens: int = 0,
     ) -> None:
         packed = engine.packed
         if packed is None:
@@ -228,7 +232,7 @@ class FastDecodeBatch:
         self._v = torch.zeros_like(self._k)
         self.steps = 0
         self.prefilled_tokens = 0
-        self.max_slot_tokens = 0
+        self.max_slot_tokens = max_slot_tokens
 
     def __len__(self) -> int:
         return len(self.rows)

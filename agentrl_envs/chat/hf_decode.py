@@ -115,7 +115,11 @@ class DecodeBatch:
     """
 
     def __init__(
-        self, engine: DecodeEngine, grammar: ToolCallGrammar | None = None, prefix_cache: PrefixCache | None = None
+        self,
+        engine: DecodeEngine,
+        grammar: ToolCallGrammar | None = None,
+        prefix_cache: PrefixCache | None = None,
+        max_slot_tokens: int = 0,
     ) -> None:
         self.engine = engine
         self.grammar = grammar
@@ -126,7 +130,7 @@ class DecodeBatch:
         self._next: torch.Tensor | None = None  # (B,) the last sampled ids, not yet in the cache
         self._pos: torch.Tensor | None = None  # (B,) their positions
         self.steps = 0
-        self.max_slot_tokens = 0  # not enforced here (see room)
+        self.max_slot_tokens = max_slot_tokens  # not enforced here (see room)
         self.prefilled_tokens = 0
 
     def __len__(self) -> int:

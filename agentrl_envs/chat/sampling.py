@@ -269,8 +269,7 @@ class BatchSampler:
 
     def _admit(self) -> None:
         if self._batch is None:
-            self._batch = self.engine.new_batch(prefix_cache=self.prefix_cache)
-            self._batch.max_slot_tokens = self.max_slot_tokens
+            self._batch = self.engine.new_batch(prefix_cache=self.prefix_cache, max_slot_tokens=self.max_slot_tokens)
         room = self._batch.room([r.row for r in self._pending[: self.max_batch - self.running]])
         admitted, self._pending = self._pending[:room], self._pending[room:]
         if not admitted:

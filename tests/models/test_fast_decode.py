@@ -349,8 +349,7 @@ def test_a_slot_token_bound_holds_rows_back_and_changes_no_completion(pair) -> N
     assert 512 < len(long_prompt) + 16 <= 768  # its slot: 768 tokens, so no second row fits 1,024
     prompts = [list(long_prompt)] + _prompts(ref)[:4]
     bound = 2 * 512
-    batch = fast.new_batch()
-    batch.max_slot_tokens = bound
+    batch = fast.new_batch(max_slot_tokens=bound)
     rows = [DecodeRow(list(p), 16, 0.0) for p in prompts]
     assert batch.room(rows) == 1 and batch.room(rows[1:]) == 4  # 4 x 256 short slots fit
     seen: list[tuple[int, int, int]] = []
