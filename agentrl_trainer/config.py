@@ -198,7 +198,8 @@ class AgentRLConfig(GRPOConfig):
     > Engines and cross-policy sampling
 
     - **engine**: `"transformers"` or `"vllm"`; **num_engines**, **engine_max_batch**,
-      **engine_max_slot_tokens** (the bound on a transformers engine's KV slots: its memory);
+      **engine_max_slot_tokens**, **engine_prefix_cache_tokens** (the bounds on a transformers
+      engine's KV slots and on its cache of prompt heads: its memory);
       **engine_device**: where the transformers engines' copies of the model live (empty: with
       the trained model; `"cpu"` samples on the CPU's cores while a GPU trains);
       **engine_threads**: torch threads each transformers engine decodes with (0: all cores).
@@ -312,10 +313,17 @@ class AgentRLConfig(GRPOConfig):
     )
     engine_max_batch: int = field(default=32, metadata={"help": "Transformers engine: most turns sampled in one batch."})
     engine_max_slot_tokens: int = field(
-        default=16384,
+        default=8192,
         metadata={
             "help": "Transformers engine (packed decoding): most KV token slots its running turns hold, rows x the "
-            "longest row's own tokens (46 KB a slot for SmolLM2 in float32: 0.75 GB); a turn waits until it fits. 0: no bound."
+            "longest row's own tokens (46 KB a slot for SmolLM2 in float32: 0.38 GB); a turn waits until it fits. 0: no bound."
+        },
+    )
+    engine_prefix_cache_tokens: int = field(
+        default=8192,
+        metadata={
+            "help": "Transformers engine: prompt-head tokens whose KV it keeps for later turns (46 KB a token for "
+            "SmolLM2 in float32: 0.38 GB). 0: none."
         },
     )
     engine_device: str = field(
@@ -465,6 +473,8 @@ class AgentRLConfig(GRPOConfig):
             raise ValueError("num_engines must be at least 1")
         if self.engine_max_slot_tokens < 0:
             raise ValueError("engine_max_slot_tokens must be >= 0 (0: no bound)")
+        if self.engine_prefix_cache_tokens < 0:
+            raise ValueError("engine_prefix_cache_tokens must be >= 0 (0: no cache)")
         if not 0.0 <= self.lagging_fraction < 1.0 or not 0.0 <= self.lagging_prob <= 1.0:
             raise ValueError("lagging_fraction must be in [0, 1) and lagging_prob in [0, 1]")
         if self.lag_steps < 1:

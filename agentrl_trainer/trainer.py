@@ -207,6 +207,7 @@ class AgentRLTrainer(GRPOTrainer):
             self.processing_class,
             max_batch=max_batch,
             max_slot_tokens=args.engine_max_slot_tokens,
+            prefix_cache_tokens=args.engine_prefix_cache_tokens,
             name=name,
             num_threads=args.engine_threads or None,
         )

@@ -19,8 +19,8 @@ class LocalEngine:
     """Wraps :class:`agentrl_envs.chat.engine.TransformersEngine` with the SDK's batching sampler.
 
     ``generate`` may be awaited by many episodes at once: :class:`agentrl_envs.chat.sampling.BatchSampler`
-    decodes them in one continuously batched decode (``max_slot_tokens`` bounds its KV memory,
-    see the sampler; a turn that arrives joins the running rows;
+    decodes them in one continuously batched decode (``max_slot_tokens`` and ``prefix_cache_tokens``
+    bound its KV memory, see the sampler; a turn that arrives joins the running rows;
     the model server batches its requests the same way). ``load_weights`` drains the running rows,
     then copies tensors into the model by parameter name, so no turn mixes two weight versions. A
     request with ``tools`` is sampled under the tool-call grammar (:mod:`agentrl_envs.chat.grammar`):
@@ -37,6 +37,7 @@ class LocalEngine:
         *,
         max_batch: int = 32,
         max_slot_tokens: int = 0,
+        prefix_cache_tokens: int = 16384,
         batch_wait_s: float = 0.02,
         name: str = "engine",
     ) -> None:
@@ -44,7 +45,12 @@ class LocalEngine:
         self.name = name
         self.version = 0
         self.sampler = BatchSampler(
-            engine, max_batch=max_batch, max_slot_tokens=max_slot_tokens, batch_wait_s=batch_wait_s, name=name
+            engine,
+            max_batch=max_batch,
+            max_slot_tokens=max_slot_tokens,
+            prefix_cache_tokens=prefix_cache_tokens,
+            batch_wait_s=batch_wait_s,
+            name=name,
         )
 
     @classmethod
