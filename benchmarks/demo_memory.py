@@ -6,7 +6,8 @@
 Every second it writes one JSON line: the demo process's RSS (``main``), its descendants' summed
 RSS (``kids``: the embedded controllers and workers), the bytes of every live fast-decode batch's
 KV slot buffers (``slots``, with their (slots, own tokens, rows) shapes and each row's own
-tokens) and of the engines' head caches (``cache``). The demo's own ``run.json`` has the peak by
+tokens) and of the engines' head caches (``cache``), by the batches' and caches' public
+``kv_bytes``, ``slots`` and ``own_tokens`` (it finds the live ones by wrapping their constructors). The demo's own ``run.json`` has the peak by
 phase (``agentrl_trainer.memory.TreeMemory``); this says which part of the process holds it.
 ``--summarize`` reduces sample files to their peaks (JSON, and a line each on stdout).
 
@@ -24,17 +25,6 @@ import time
 import weakref
 from pathlib import Path
 from typing import Any
-
-
-def _storage_bytes(tensors: list[Any]) -> int:
-    seen: set[int] = set()
-    total = 0
-    for t in tensors:
-        s = t.untyped_storage()
-        if s.data_ptr() not in seen:
-            seen.add(s.data_ptr())
-            total += s.nbytes()
-    return total
 
 
 def sample_while(path: Path) -> None:
@@ -65,12 +55,10 @@ def sample_while(path: Path) -> None:
                     "t": time.time(),
                     "main": me.memory_info().rss,
                     "kids": sum(p.memory_info().rss for p in kids if p.is_running()),
-                    "slots": sum(b._k.untyped_storage().nbytes() * 2 for b in live),
-                    "slot_shapes": [[b._k.shape[1], b._k.shape[3], len(b.rows)] for b in live],
-                    "own": [sorted(b._own.tolist()) for b in live],
-                    "cache": sum(
-                        _storage_bytes([x for e in list(c._entries.values()) for x in (e.keys, e.values)]) for c in list(caches)
-                    ),
+                    "slots": sum(b.kv_bytes for b in live),
+                    "slot_shapes": [[*b.slots, len(b.rows)] for b in live],
+                    "own": [sorted(b.own_tokens) for b in live],
+                    "cache": sum(c.kv_bytes for c in list(caches)),
                 }
                 out.write(json.dumps(rec) + "\n")
                 out.flush()

@@ -89,6 +89,17 @@ class _Snapshot:
     values: torch.Tensor
 
 
+def _storage_bytes(tensors: list[torch.Tensor]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
 class HeadCache:
     """Heads and row snapshots of recent prompts, least recently used evicted first.
 
@@ -106,6 +117,11 @@ class HeadCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of the KV tensors its entries hold (storage shared between entries counted once)."""
+        return _storage_bytes([t for e in self._entries.values() for t in (e.keys, e.values)])
 
     def clear(self) -> None:
         """Forget every entry (after the weights change)."""
@@ -236,6 +252,21 @@ class FastDecodeBatch:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @property
+    def slots(self) -> tuple[int, int]:
+        """The slot buffers' shape: (row slots, token slots each)."""
+        return int(self._k.shape[1]), int(self._k.shape[3])
+
+    @property
+    def own_tokens(self) -> list[int]:
+        """Each running row's own tokens in its slot (its head not counted)."""
+        return [int(n) for n in self._own[: len(self.rows)].tolist()]
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of the slot buffers (keys and values)."""
+        return _storage_bytes([self._k, self._v])
 
     # ------------------------------------------------------------------ capacity
 

@@ -166,6 +166,7 @@ def test_head_cache_lookup_reuses_heads_and_snapshots() -> None:
     # a finished row's snapshot: the next turn gets the head and the row's own KV
     row = system + tuple(range(200, 230))
     cache.add_snapshot(row, head, kv(30, 2.0), kv(30, 2.0))
+    assert cache.kv_bytes == 2 * 4 * L * KV * D * (40 + 30)  # keys and values, float32
     got, own_k, own_v, n = cache.lookup(row + (7, 8))
     assert got is head and n == 70 and own_k is not None and own_k.shape == (L, KV, 30, D) and float(own_k[0, 0, 0, 0]) == 2.0
     # a prompt sharing only part of the head gets one cut object, the same one every time
@@ -307,16 +308,18 @@ def test_slot_memory_goes_back_when_the_rows_that_needed_it_leave(pair) -> None:
     batch = fast.new_batch()
     rows = [DecodeRow(list(long_prompt), 2, 0.0)] + [DecodeRow(list(p), 24, 0.0) for p in short]
     batch.add(rows)
-    grown = tuple(batch._k.shape)
-    assert grown[3] >= len(long_prompt)  # every slot as long as the long row
+    grown = batch.slots
+    assert grown[1] >= len(long_prompt)  # every slot as long as the long row
+    assert batch.kv_bytes == 2 * 4 * fast.packed.n_layers * fast.packed.n_kv_heads * fast.packed.head_dim * grown[0] * grown[1]
     batch.step()  # the long row's 2 tokens are out: it leaves
     batch.step()
     assert rows[0].done and len(batch) == 3
-    shrunk = tuple(batch._k.shape)
-    assert shrunk[1] <= 3 + 1 and shrunk[3] < grown[3] // 2, (grown, shrunk)
+    shrunk = batch.slots
+    assert shrunk[0] <= 3 + 1 and shrunk[1] < grown[1] // 2, (grown, shrunk)
+    assert len(batch.own_tokens) == 3 and max(batch.own_tokens) <= shrunk[1]
     while len(batch):
         batch.step()
-    assert tuple(batch._k.shape)[1] == 0  # nothing held once every row has left
+    assert batch.slots[0] == 0 and batch.kv_bytes == 0  # nothing held once every row has left
     assert [r.completion_ids for r in rows[1:]] == [ref.generate_tokens(p, 24)[0] for p in short]
 
 
