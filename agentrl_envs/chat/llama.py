@@ -200,19 +200,19 @@ class PackedLlama:
         it follow when they refresh). Other weights, and adapters that are not a plain low-rank
         product (DoRA), are merged and packed at every refresh.
         """
-        self._changed = None if changed is None else {t.data_ptr() for t in changed}
+        moved = None if changed is None else {t.data_ptr() for t in changed}
         base = _base_model(self.model)
         inner = base.model
         layers = []
         for layer in inner.layers:
             att, mlp = layer.self_attn, layer.mlp
-            gate_up, down = self._fuse([mlp.gate_proj, mlp.up_proj]), self._fuse([mlp.down_proj])
+            gate_up, down = self._fuse([mlp.gate_proj, mlp.up_proj], moved), self._fuse([mlp.down_proj], moved)
             if gate_up.bias is not None or down.bias is not None:
                 raise ValueError("PackedLlama cannot run this model: an MLP with biases")
             layers.append(
                 _Layer(
-                    qkv=self._fuse([att.q_proj, att.k_proj, att.v_proj]),
-                    o=self._fuse([att.o_proj]),
+                    qkv=self._fuse([att.q_proj, att.k_proj, att.v_proj], moved),
+                    o=self._fuse([att.o_proj], moved),
                     gate_up=gate_up,
                     down=down,
                     norm1=layer.input_layernorm.weight.detach(),
@@ -225,7 +225,7 @@ class PackedLlama:
         self._embed = inner.embed_tokens.weight.detach()
         self._norm = inner.norm.weight.detach()
         self._norm_eps = float(inner.norm.variance_epsilon)
-        self._head = self._fuse([base.lm_head])
+        self._head = self._fuse([base.lm_head], moved)
         rotary = inner.rotary_emb
         positions = torch.arange(int(base.config.max_position_embeddings), dtype=torch.float32)
         freqs = positions[:, None] * rotary.inv_freq.float()[None, :]  # (T, D/2), as transformers computes it
@@ -246,12 +246,12 @@ class PackedLlama:
         weight = weight.to(self.dtype).contiguous()
         return torch.ops.mkldnn._reorder_linear_weight(weight) if self._packed else weight
 
-    def _fuse(self, linears: list[Any]) -> _Linear:
+    def _fuse(self, linears: list[Any], moved: set[int] | None) -> _Linear:
         """``linears`` (same input) as one projection: their weights stacked and packed, their
-        LoRA adapters stacked beside (A's rows stacked, B block-diagonal)."""
-        frozen = hasattr(self.model, "get_base_model")  # peft freezes every weight but the adapters'
+        LoRA adapters stacked beside (A's rows stacked, B block-diagonal). ``moved``: the
+        addresses of the tensors that changed (``None``: any may have)."""
+        shareable = hasattr(self.model, "get_base_model")  # peft freezes every weight but the adapters'
         sources, biases, adapters = [], [], []
-        shareable = frozen
         for linear in linears:
             pairs = _plain_adapters(linear)
             if pairs is not None:  # LoRA-wrapped: its base weight, adapters beside
@@ -269,7 +269,8 @@ class PackedLlama:
             biases.append(None if layer.bias is None else layer.bias.detach())
             adapters.append(pairs)
         sizes = [int(w.shape[0]) for w in sources]
-        fused = _Linear(self._pack_shared(sources) if shareable else self._pack(_stack(sources)), _cat_bias(biases, sizes))
+        packed = self._pack_shared(sources, moved) if shareable else self._pack(_stack(sources))
+        fused = _Linear(packed, _cat_bias(biases, sizes))
         if any(adapters):
             rank = sum(int(a.shape[0]) for pairs in adapters for a, _ in pairs)
             lora_b = torch.zeros(sum(sizes), rank)
@@ -283,11 +284,10 @@ class PackedLlama:
             fused.lora_b = lora_b.t().contiguous()  # (R, out)
         return fused
 
-    def _pack_shared(self, sources: list[torch.Tensor]) -> torch.Tensor:
+    def _pack_shared(self, sources: list[torch.Tensor], moved: set[int] | None) -> torch.Tensor:
         key = (self.dtype, self._packed, tuple((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) for t in sources))
         packed = _SHARED_PACKS.get(key)
-        changed = self._changed
-        if packed is None or changed is None or any(t.data_ptr() in changed for t in sources):
+        if packed is None or moved is None or any(t.data_ptr() in moved for t in sources):
             packed = self._pack(_stack(sources))
             _SHARED_PACKS[key] = packed
         return packed
