@@ -28,7 +28,7 @@ import gc
 import threading
 from typing import Any
 
-__all__ = ["TreeMemory", "bound_heap_fragmentation", "release_freed_memory"]
+__all__ = ["TreeMemory", "bound_heap_fragmentation", "release_freed_memory", "tree_rss"]
 
 
 @functools.cache
@@ -67,6 +67,26 @@ def release_freed_memory() -> bool:
     return True
 
 
+def tree_rss(root: Any = None) -> tuple[int, int, int]:
+    """``(RSS of root, summed RSS of its descendants, processes listed)`` now, in bytes; ``root``:
+    a ``psutil.Process`` (default: this one). A process that ends between the listing and the
+    read is skipped."""
+    import psutil
+
+    root = root if root is not None else psutil.Process()
+    try:
+        kids = root.children(recursive=True)
+    except psutil.Error:
+        kids = []
+    total = 0
+    for p in kids:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:  # ended between the listing and the read
+            continue
+    return root.memory_info().rss, total, 1 + len(kids)
+
+
 class TreeMemory:
     """Samples the resident memory of this process and all its descendants (the embedded
     controller and workers, their sandboxes) every ``every_s`` seconds on a thread of its own, and
@@ -93,24 +113,13 @@ class TreeMemory:
 
     def sample(self) -> int:
         """One sample now (bytes); updates the peaks."""
-        import psutil
-
-        procs = [self._root]
-        try:
-            procs += self._root.children(recursive=True)
-        except psutil.Error:
-            pass
-        total = 0
-        for p in procs:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:  # ended between the listing and the read
-                continue
+        own, kids, processes = tree_rss(self._root)
+        total = own + kids
         self.samples += 1
         phase = self.phase
         self._peaks_by_phase[phase] = max(self._peaks_by_phase.get(phase, 0), total)
         if total > self.peak_bytes:
-            self.peak_bytes, self.peak_phase, self.peak_processes = total, phase, len(procs)
+            self.peak_bytes, self.peak_phase, self.peak_processes = total, phase, processes
         return total
 
     def _run(self) -> None:

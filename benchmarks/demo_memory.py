@@ -32,6 +32,7 @@ def sample_while(path: Path) -> None:
     import psutil
 
     from agentrl_envs.chat import fast_decode
+    from agentrl_trainer.memory import tree_rss
 
     batches: weakref.WeakSet = weakref.WeakSet()
     caches: weakref.WeakSet = weakref.WeakSet()
@@ -49,12 +50,12 @@ def sample_while(path: Path) -> None:
         me = psutil.Process()
         while True:
             try:
-                kids = me.children(recursive=True)
+                main, kids, _ = tree_rss(me)
                 live = list(batches)
                 rec = {
                     "t": time.time(),
-                    "main": me.memory_info().rss,
-                    "kids": sum(p.memory_info().rss for p in kids if p.is_running()),
+                    "main": main,
+                    "kids": kids,
                     "slots": sum(b.kv_bytes for b in live),
                     "slot_shapes": [[*b.slots, len(b.rows)] for b in live],
                     "own": [sorted(b.own_tokens) for b in live],

@@ -116,3 +116,27 @@ def test_an_engine_copy_reads_the_frozen_weights_of_the_trained_model() -> None:
             theirs[n].add_(1.0)
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
     assert share_frozen_weights(copy_, model) == 0  # already shared
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads RSS through /proc (psutil)")
+def test_the_tree_sample_counts_the_process_and_its_children_apart() -> None:
+    """tree_rss (what TreeMemory samples and benchmarks/demo_memory.py records) sums the
+    descendants' RSS apart from the process's own: a child holding 200 MB shows in the second."""
+    import subprocess
+
+    from agentrl_trainer.memory import TreeMemory, tree_rss
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; b = bytearray(200_000_000); print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        own, kids, processes = tree_rss()
+        assert processes >= 2 and kids >= 190_000_000 and own > 0
+        memory = TreeMemory()
+        assert memory.sample() >= own + 190_000_000 and memory.peak_processes >= 2
+    finally:
+        child.kill()
+        child.wait()
