@@ -387,6 +387,40 @@ def _eval(
     return summary
 
 
+def _eval_settings(trainer: AgentRLTrainer, a: argparse.Namespace) -> RolloutSettings:
+    """Held-out episodes are played exactly as training ones, at the evaluation's temperature."""
+    return dataclasses.replace(trainer.rollout_settings(), temperature=a.eval_temperature)
+
+
+def _evaluate_held_out(
+    trainer: AgentRLTrainer,
+    a: argparse.Namespace,
+    label: str,
+    *,
+    samples: dict[str, list[Any]] | None = None,
+    greedy: bool = True,
+    pass_k: int = 0,
+    pass_temperature: float = 0.7,
+    phase: Callable[[str], None] = lambda name: None,
+) -> tuple[dict[str, list[Any]], dict[str, Any] | None, dict[str, Any] | None]:
+    """One held-out evaluation of the trainer's current weights on a stack of ``a.eval_split`` of
+    its own: the first ``a.eval_samples`` samples of each task (which must equal ``samples`` when
+    given), played greedily (unless ``greedy`` is false) and, with ``pass_k``, ``pass_k`` times
+    each at ``pass_temperature``. Returns ``(samples, greedy summary, pass@k summary)``."""
+    settings = _eval_settings(trainer, a)
+    with LocalStack(a.tasks, split=a.eval_split) as stack:
+        held = _held_out(stack.url, a.tasks, a.eval_samples)
+        if samples is not None and held != samples:
+            raise RuntimeError(f"the {a.eval_split} split's samples changed between the evaluations")
+        summary = _eval(trainer, stack.url, held, settings, label) if greedy else None
+        sampled = None
+        if pass_k > 0:
+            phase(f"{label} pass@k evaluation")
+            hot = dataclasses.replace(settings, temperature=pass_temperature)
+            sampled = _eval(trainer, stack.url, held, hot, f"{label}-pass@{pass_k}", repeats=pass_k)
+    return held, summary, sampled
+
+
 def plot(run: dict[str, Any], path: Path) -> None:
     """Two panels: each task's training reward over the optimizer steps (a running mean over that
     task's last 5 batches), and each task's held-out mean reward ± SE before and after."""
@@ -522,18 +556,16 @@ def train_and_evaluate(
     set_up_cpu_process()
     args = trainer_config(a, out, **(overrides or {}))
     trainer = AgentRLTrainer(args, callbacks=callbacks or [])
-    # held-out episodes are played exactly as training ones, at the evaluation's temperature
-    settings = dataclasses.replace(trainer.rollout_settings(), temperature=a.eval_temperature)
+    settings = _eval_settings(trainer, a)
 
     def phase(name: str) -> None:
         if memory is not None:
             memory.phase = name
 
     phase("base evaluation")
-    with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
-        samples = _held_out(eval_stack.url, a.tasks, a.eval_samples)
-        if base is None:  # the fresh LoRA adapter is the identity: this is the base model
-            base = _eval(trainer, eval_stack.url, samples, settings, "base")
+    # the fresh LoRA adapter is the identity: this is the base model
+    samples, base_eval, _ = _evaluate_held_out(trainer, a, "base", greedy=base is None)
+    base = base if base is not None else base_eval
     bfcl_limit = getattr(a, "bfcl_limit", 0)  # a namespace from before the flag: no BFCL
 
     def bfcl(label: str) -> dict[str, Any]:
@@ -551,15 +583,9 @@ def train_and_evaluate(
     train_seconds = time.monotonic() - t0
     release_freed_memory()  # training's arenas, before the evaluation engine allocates (memory.py)
     phase("trained evaluation")
-    sampled = None
-    with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
-        if _held_out(eval_stack.url, a.tasks, a.eval_samples) != samples:
-            raise RuntimeError(f"the {a.eval_split} split's samples changed between the evaluations")
-        trained = _eval(trainer, eval_stack.url, samples, settings, "trained")
-        if pass_k > 0:
-            phase("trained pass@k evaluation")
-            hot = dataclasses.replace(settings, temperature=pass_temperature)
-            sampled = _eval(trainer, eval_stack.url, samples, hot, f"trained-pass@{pass_k}", repeats=pass_k)
+    _, trained, sampled = _evaluate_held_out(
+        trainer, a, "trained", samples=samples, pass_k=pass_k, pass_temperature=pass_temperature, phase=phase
+    )
     bfcl_record = {"base": bfcl_base, "trained": bfcl("trained")} if bfcl_base is not None else None
     return Outcome(trainer, args, samples, base, trained, train_seconds, sampled, bfcl_record)
 
@@ -571,16 +597,14 @@ def evaluate_base(
     ``(samples, greedy summary, pass@k summary or None)``."""
     set_up_cpu_process()
     trainer = AgentRLTrainer(trainer_config(a, Path(a.out)))
-    settings = dataclasses.replace(trainer.rollout_settings(), temperature=a.eval_temperature)
-    if memory is not None:
-        memory.phase = "base evaluation"
-    with LocalStack(a.tasks, split=a.eval_split) as eval_stack:
-        samples = _held_out(eval_stack.url, a.tasks, a.eval_samples)
-        base = _eval(trainer, eval_stack.url, samples, settings, "base")
-        sampled = None
-        if pass_k > 0:
-            hot = dataclasses.replace(settings, temperature=pass_temperature)
-            sampled = _eval(trainer, eval_stack.url, samples, hot, f"base-pass@{pass_k}", repeats=pass_k)
+
+    def phase(name: str) -> None:
+        if memory is not None:
+            memory.phase = name
+
+    phase("base evaluation")
+    samples, base, sampled = _evaluate_held_out(trainer, a, "base", pass_k=pass_k, pass_temperature=pass_temperature, phase=phase)
+    assert base is not None
     return samples, base, sampled
 
 

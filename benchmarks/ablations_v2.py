@@ -14,7 +14,9 @@ config, every step's metrics, the importance-ratio outliers, both evaluations, t
 the run's process tree, the machine's load) as soon as it ends; a run whose record exists is
 skipped, so the same command resumes. The base model is evaluated once the same way
 (``<out>/base.json``). ``<out>/summary.json`` (:func:`summarize`) follows from the records alone.
-``--smoke`` runs one step per condition on tiny settings (the test suite runs it).
+``--summarize`` runs nothing: it recomputes ``summary.json`` and the README's summary block
+from the records (after copying a session's records in). ``--smoke`` runs one step per condition
+on tiny settings (the test suite runs it).
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pass-temperature", type=float, default=0.7)
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--smoke", action="store_true", help="one step per condition, tiny settings (for tests)")
+    p.add_argument(
+        "--summarize",
+        action="store_true",
+        help="run nothing: recompute <out>/summary.json from the records and the README's summary block",
+    )
     p.add_argument("--run-one", nargs=2, metavar=("CONDITION", "SEED"), help=argparse.SUPPRESS)
     p.add_argument("--run-base", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("demo_args", nargs=argparse.REMAINDER, help="after --: further arguments for the demo's settings")
@@ -326,6 +333,20 @@ def render_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+SUMMARY_START, SUMMARY_END = "<!-- summary -->\n", "\n<!-- /summary -->"
+
+
+def write_readme_summary(readme: Path, summary: dict[str, Any]) -> None:
+    """Put :func:`render_markdown`'s table between the README's summary markers (the only part of
+    the pre-written README this rewrites)."""
+    text = readme.read_text()
+    if SUMMARY_START not in text or SUMMARY_END not in text:
+        raise SystemExit(f"{readme} has no {SUMMARY_START.strip()} ... {SUMMARY_END.strip()} block to fill")
+    head, rest = text.split(SUMMARY_START, 1)
+    tail = rest.split(SUMMARY_END, 1)[1]
+    readme.write_text(head + SUMMARY_START + render_markdown(summary) + SUMMARY_END + tail)
+
+
 # -------------------------------------------------------------------------------------- runs
 
 
@@ -337,6 +358,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     from agentrl_trainer.demo import exits_when_interrupted, sigterm_unwinds
 
+    if a.summarize:
+        summary = summarize(out)
+        write_readme_summary(out / "README.md", summary)
+        print(render_markdown(summary))
+        return summary
     if a.run_base or a.run_one:  # a child process: SIGTERM stops everything it started, then it exits
         with exits_when_interrupted(), sigterm_unwinds():
             if a.run_base:

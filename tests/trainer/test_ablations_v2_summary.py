@@ -107,6 +107,28 @@ def test_one_seed_gives_no_verdict(tmp_path: Path, bench) -> None:
     assert summary["two_by_two"] == {} and summary["base"]["pass_at_k"] is None
 
 
+def test_summarize_fills_only_the_readme_block_and_needs_its_markers(tmp_path: Path, bench) -> None:
+    """``--summarize`` runs nothing: summary.json and the README's summary block follow from the
+    records (here one seed of two conditions, as after a first session of the sweep)."""
+    base = {"mean_reward": 0.3, "stderr": 0.04, "per_task": {t: {"mean_reward": 0.3} for t in TASKS}}
+    (tmp_path / "base.json").write_text(json.dumps({"samples": {}, "eval": base, "sampled": None}))
+    write_run(tmp_path, "async-lag", 0, 0.5, 0.7, [0.5])
+    write_run(tmp_path, "sync-nolag", 0, 0.4, 0.6, [0.5])
+    readme = tmp_path / "README.md"
+    readme.write_text("# rule\n\n## Results\n\n<!-- summary -->\nnone yet\n<!-- /summary -->\n\nafter\n")
+    summary = bench.main(["--summarize", "--out", str(tmp_path)])
+    assert set(summary["conditions"]) == {"async-lag", "sync-nolag"}
+    assert json.loads((tmp_path / "summary.json").read_text())["conditions"]["async-lag"]["seeds"] == [0]
+    text = readme.read_text()
+    assert text.startswith("# rule\n\n## Results\n\n") and text.endswith("\n<!-- /summary -->\n\nafter\n")
+    block = text.split("<!-- summary -->\n", 1)[1].split("\n<!-- /summary -->", 1)[0]
+    assert block == bench.render_markdown(summary) and "| sync-nolag | 1 | 1 | 16 | 0.400 |" in block
+    assert not (tmp_path / "runs" / "async-nolag-s0.json").exists()  # nothing ran
+    readme.write_text("# rule without the block\n")
+    with pytest.raises(SystemExit, match="no <!-- summary -->"):
+        bench.main(["--summarize", "--out", str(tmp_path)])
+
+
 @pytest.mark.skipif(not (RESULTS / "summary.json").exists(), reason="the v2 sweep has not run yet")
 def test_the_committed_summary_follows_from_the_committed_records(tmp_path: Path, bench) -> None:
     import shutil
