@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from tasks_for_tests import Calc
 
 from agentrl_envs import TaskRuntime
-from agentrl_envs.agent import InProcessSessions, MaxTurns, Outcome, classify, run_episode
+from agentrl_envs.agent import AgentSession, InProcessSessions, MaxTurns, Outcome, classify, run_episode
+from agentrl_envs.client import AsyncControllerClient
 from agentrl_envs.errors import ContextLimitError, DataError, ModelServerError
 from agentrl_envs.policy import ScriptedPolicy, as_policy, call_turn, last_tool_output
 from agentrl_envs.protocol.agentrl import SampleStatus
@@ -38,6 +40,18 @@ class ReadsTheSum:
             a, b = (int(x) for x in question.removeprefix("What is ").removesuffix("?").split(" + "))
             return call_turn("add", {"x": a, "y": b})
         return call_turn("answer", {"value": int(output)})
+
+
+class Slow(ReadsTheSum):
+    """:class:`ReadsTheSum` that thinks ``seconds`` before each turn (a busy model)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    async def act(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        await asyncio.sleep(self.seconds)
+        return await super().act(messages, tools)
 
 
 class Forever:
@@ -174,3 +188,37 @@ async def test_a_failed_interact_is_infrastructure_and_the_session_is_cancelled(
     t = await run_episode(sessions, "calc", 0, ReadsTheSum())
     assert (t.outcome, t.status, t.turns) == (Outcome.INFRA_FAILURE, SampleStatus.UNKNOWN, 1)
     assert "connection reset" in (t.error or "") and sessions.cancelled == [1] and len(Calc.teardowns) == 1
+
+
+async def test_a_policy_thinking_past_the_idle_timeouts_keeps_its_session_by_renewing_it(make_stack):
+    """The controller and the worker cancel a session idle for 1 s; the policy thinks 1.6 s a turn.
+    Renewed every 0.3 s meanwhile (as agentrl-eval does), the episode is solved and the renewals
+    are not turns; not renewed, it is cancelled as idle (an infrastructure failure)."""
+    stack = make_stack(idle_timeout=1.0)
+    stack.add_worker(Calc, idle_timeout=1.0)
+    async with AsyncControllerClient(stack.url) as client:
+        t = await run_episode(client, "calc", 1, Slow(1.6), renew_every=0.3)
+        assert (t.outcome, t.reward, t.turns) == (Outcome.SOLVED, 1.0, 2)
+        assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "assistant", "tool"]
+        assert t.metrics["turns"] == 2  # the worker counted the steps only
+        t = await run_episode(client, "calc", 1, Slow(1.6), renew_every=None)
+        assert t.outcome is Outcome.INFRA_FAILURE and "idle" in (t.error or ""), t.error
+
+
+async def test_renewals_stop_with_the_turn_and_in_process_sessions_answer_them(runtime):
+    class Counting(InProcessSessions):
+        renewals = 0
+
+        async def interact(self, session_id, messages):
+            Counting.renewals += messages == [{"role": "assistant", "content": ""}]
+            return await super().interact(session_id, messages)
+
+    sessions = Counting(runtime)
+    t = await run_episode(sessions, "calc", 1, Slow(0.25), renew_every=0.05)
+    assert (t.outcome, t.turns, t.metrics["turns"]) == (Outcome.SOLVED, 2, 2)
+    assert Counting.renewals >= 4  # several per turn, none of them a step
+    after = Counting.renewals
+    await asyncio.sleep(0.2)
+    assert Counting.renewals == after  # no renewal outlives its turn
+    with pytest.raises(ValueError, match="renew_every must be positive"):
+        AgentSession(sessions, "calc", 1, renew_every=0)

@@ -48,6 +48,12 @@ class SampleStatus(str, Enum):
 _RENEWAL_KEYS = frozenset(("role", "content", "tool_calls"))
 
 
+def renewal() -> dict[str, Any]:
+    """A session renewal's one message, as agentrl-eval's ``ControllerClient.renew`` sends it
+    (:func:`is_renewal`): ``interact(session_id, [renewal()])`` restarts the session's idle clock."""
+    return {"role": "assistant", "content": ""}
+
+
 def is_renewal(messages: list[Any]) -> bool:
     """Whether an interact's ``messages`` are a session renewal, not a step: exactly one message,
     a dict with ``role`` ``assistant``, ``content`` exactly ``""`` (an empty string: ``null`` or
