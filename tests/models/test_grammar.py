@@ -86,32 +86,32 @@ def test_generate_batch_under_the_grammar_always_yields_a_valid_call(engine: Tra
     questions = ["How many rows does table t have?", "Delete the row of pets whose name is 'Rex'.", "Hello!", "2+2?"]
     prompts = [engine.encode_prompt([Message(role="user", content=q)], TOOLS) for q in questions]
     plain_prompt = engine.encode_prompt([Message(role="user", content="Tell me a story.")])
-    rows = [*prompts, plain_prompt]  # the last row is unconstrained
+    # three hot samples of each prompt in one batch (row i is seeded seed + i); one unconstrained row
+    rows = [*prompts * 3, plain_prompt]
+    matchers = [grammar.matcher(TOOLS) for _ in rows[:-1]] + [None]
+    out = engine.generate_batch(rows, 120, temperature=1.5, seed=1, matchers=matchers, grammar=grammar)
     stopped = 0
-    for seed in (1, 2, 3):
-        matchers = [grammar.matcher(TOOLS) for _ in prompts] + [None]
-        out = engine.generate_batch(rows, 120, temperature=1.5, seed=seed, matchers=matchers, grammar=grammar)
-        for (ids, logprobs), prompt in zip(out[:-1], prompts, strict=True):
-            if ids[-1] not in engine.stop_token_ids:  # a long string ran into the token limit
-                assert len(ids) == 120
-                assert engine.tokenizer.decode(ids).startswith('<tool_call>\n{"name": "')
-                continue
-            stopped += 1
-            parsed = parse_completion(engine.tokenizer.decode(ids[:-1]), names)
-            assert parsed.content is None and len(parsed.tool_calls) == 1
-            call = parsed.tool_calls[0]
-            args = json.loads(call.function.arguments)  # valid JSON, the tool's own keys
-            assert call.function.name in names
-            assert set(args) == ({"query"} if call.function.name == "execute_sql" else {"answers"})
-            # logprobs are the unconstrained policy's, at temperature 1.5: what a trainer recomputes
-            full = torch.tensor([prompt + ids])
-            with torch.inference_mode():
-                logits = engine.model(input_ids=full).logits[0, len(prompt) - 1 : -1].float() / 1.5
-            expected = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids)[:, None])[:, 0]
-            assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-3)
-        plain_ids, _ = out[-1]
-        assert len(plain_ids) > 0
-        assert not engine.tokenizer.decode(plain_ids).startswith("<tool_call>")  # unconstrained row: free text
+    for (ids, logprobs), prompt in zip(out[:-1], rows[:-1], strict=True):
+        if ids[-1] not in engine.stop_token_ids:  # a long string ran into the token limit
+            assert len(ids) == 120
+            assert engine.tokenizer.decode(ids).startswith('<tool_call>\n{"name": "')
+            continue
+        stopped += 1
+        parsed = parse_completion(engine.tokenizer.decode(ids[:-1]), names)
+        assert parsed.content is None and len(parsed.tool_calls) == 1
+        call = parsed.tool_calls[0]
+        args = json.loads(call.function.arguments)  # valid JSON, the tool's own keys
+        assert call.function.name in names
+        assert set(args) == ({"query"} if call.function.name == "execute_sql" else {"answers"})
+        # logprobs are the unconstrained policy's, at temperature 1.5: what a trainer recomputes
+        full = torch.tensor([prompt + ids])
+        with torch.inference_mode():
+            logits = engine.model(input_ids=full).logits[0, len(prompt) - 1 : -1].float() / 1.5
+        expected = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-3)
+    plain_ids, _ = out[-1]
+    assert len(plain_ids) > 0
+    assert not engine.tokenizer.decode(plain_ids).startswith("<tool_call>")  # unconstrained row: free text
     assert stopped >= len(prompts)  # most calls end within the limit
     # an unconstrained model at this temperature rarely writes a valid call (the point of the grammar)
     free = engine.generate_batch(prompts, 120, temperature=1.5, seed=1)
@@ -158,22 +158,22 @@ def test_under_the_auto_grammar_a_call_the_model_opens_ends_well_formed(engine: 
     names = [t.function.name for t in TOOLS]
     opening = engine.tokenizer("<tool_call>\n", add_special_tokens=False)["input_ids"]
     questions = ["How many rows does table t have?", "Delete the row of pets whose name is 'Rex'.", "Hello!"]
-    prompts = [engine.encode_prompt([Message(role="user", content=q)], TOOLS) + opening for q in questions]
+    # four hot samples of each prompt in one batch (row i is seeded seed + i)
+    prompts = [engine.encode_prompt([Message(role="user", content=q)], TOOLS) + opening for q in questions] * 4
+    matchers = [grammar.matcher(TOOLS, required=False) for _ in prompts]
+    for m in matchers:
+        assert all(m.accept_token(t) for t in opening)
+    out = engine.generate_batch(prompts, 120, temperature=1.2, seed=1, matchers=matchers, grammar=grammar)
     stopped = 0
-    for seed in (1, 2, 3, 4):
-        matchers = [grammar.matcher(TOOLS, required=False) for _ in prompts]
-        for m in matchers:
-            assert all(m.accept_token(t) for t in opening)
-        out = engine.generate_batch(prompts, 120, temperature=1.2, seed=seed, matchers=matchers, grammar=grammar)
-        for ids, _ in out:
-            if ids[-1] not in engine.stop_token_ids:
-                continue  # a long string ran into the token limit
-            stopped += 1
-            parsed = parse_completion("<tool_call>\n" + engine.tokenizer.decode(ids[:-1]), names)
-            assert len(parsed.tool_calls) >= 1
-            for call in parsed.tool_calls:
-                args = json.loads(call.function.arguments)
-                assert set(args) == ({"query"} if call.function.name == "execute_sql" else {"answers"})
+    for ids, _ in out:
+        if ids[-1] not in engine.stop_token_ids:
+            continue  # a long string ran into the token limit
+        stopped += 1
+        parsed = parse_completion("<tool_call>\n" + engine.tokenizer.decode(ids[:-1]), names)
+        assert len(parsed.tool_calls) >= 1
+        for call in parsed.tool_calls:
+            args = json.loads(call.function.arguments)
+            assert set(args) == ({"query"} if call.function.name == "execute_sql" else {"answers"})
     assert stopped >= 2
 
 
