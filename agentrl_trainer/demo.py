@@ -401,12 +401,15 @@ def _evaluate_held_out(
     greedy: bool = True,
     pass_k: int = 0,
     pass_temperature: float = 0.7,
-    phase: Callable[[str], None] = lambda name: None,
+    memory: TreeMemory | None = None,
 ) -> tuple[dict[str, list[Any]], dict[str, Any] | None, dict[str, Any] | None]:
     """One held-out evaluation of the trainer's current weights on a stack of ``a.eval_split`` of
     its own: the first ``a.eval_samples`` samples of each task (which must equal ``samples`` when
     given), played greedily (unless ``greedy`` is false) and, with ``pass_k``, ``pass_k`` times
-    each at ``pass_temperature``. Returns ``(samples, greedy summary, pass@k summary)``."""
+    each at ``pass_temperature``; ``memory`` is told the phase (``<label> evaluation``, then
+    ``<label> pass@k evaluation``). Returns ``(samples, greedy summary, pass@k summary)``."""
+    if memory is not None:
+        memory.phase = f"{label} evaluation"
     settings = _eval_settings(trainer, a)
     with LocalStack(a.tasks, split=a.eval_split) as stack:
         held = _held_out(stack.url, a.tasks, a.eval_samples)
@@ -415,7 +418,8 @@ def _evaluate_held_out(
         summary = _eval(trainer, stack.url, held, settings, label) if greedy else None
         sampled = None
         if pass_k > 0:
-            phase(f"{label} pass@k evaluation")
+            if memory is not None:
+                memory.phase = f"{label} pass@k evaluation"
             hot = dataclasses.replace(settings, temperature=pass_temperature)
             sampled = _eval(trainer, stack.url, held, hot, f"{label}-pass@{pass_k}", repeats=pass_k)
     return held, summary, sampled
@@ -562,9 +566,8 @@ def train_and_evaluate(
         if memory is not None:
             memory.phase = name
 
-    phase("base evaluation")
     # the fresh LoRA adapter is the identity: this is the base model
-    samples, base_eval, _ = _evaluate_held_out(trainer, a, "base", greedy=base is None)
+    samples, base_eval, _ = _evaluate_held_out(trainer, a, "base", greedy=base is None, memory=memory)
     base = base if base is not None else base_eval
     bfcl_limit = getattr(a, "bfcl_limit", 0)  # a namespace from before the flag: no BFCL
 
@@ -582,9 +585,8 @@ def train_and_evaluate(
         raise
     train_seconds = time.monotonic() - t0
     release_freed_memory()  # training's arenas, before the evaluation engine allocates (memory.py)
-    phase("trained evaluation")
     _, trained, sampled = _evaluate_held_out(
-        trainer, a, "trained", samples=samples, pass_k=pass_k, pass_temperature=pass_temperature, phase=phase
+        trainer, a, "trained", samples=samples, pass_k=pass_k, pass_temperature=pass_temperature, memory=memory
     )
     bfcl_record = {"base": bfcl_base, "trained": bfcl("trained")} if bfcl_base is not None else None
     return Outcome(trainer, args, samples, base, trained, train_seconds, sampled, bfcl_record)
@@ -597,13 +599,9 @@ def evaluate_base(
     ``(samples, greedy summary, pass@k summary or None)``."""
     set_up_cpu_process()
     trainer = AgentRLTrainer(trainer_config(a, Path(a.out)))
-
-    def phase(name: str) -> None:
-        if memory is not None:
-            memory.phase = name
-
-    phase("base evaluation")
-    samples, base, sampled = _evaluate_held_out(trainer, a, "base", pass_k=pass_k, pass_temperature=pass_temperature, phase=phase)
+    samples, base, sampled = _evaluate_held_out(
+        trainer, a, "base", pass_k=pass_k, pass_temperature=pass_temperature, memory=memory
+    )
     assert base is not None
     return samples, base, sampled
 

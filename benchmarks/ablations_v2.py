@@ -356,13 +356,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     a = parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    from agentrl_trainer.demo import exits_when_interrupted, sigterm_unwinds
-
-    if a.summarize:
+    if a.summarize:  # the records alone: no trainer imported
         summary = summarize(out)
         write_readme_summary(out / "README.md", summary)
         print(render_markdown(summary))
         return summary
+    from agentrl_trainer.demo import exits_when_interrupted, sigterm_unwinds
+
     if a.run_base or a.run_one:  # a child process: SIGTERM stops everything it started, then it exits
         with exits_when_interrupted(), sigterm_unwinds():
             if a.run_base:
