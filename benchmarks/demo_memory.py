@@ -7,8 +7,8 @@ Every second it writes one JSON line: the demo process's RSS (``main``), its des
 RSS (``kids``: the embedded controllers and workers), the bytes of every live fast-decode batch's
 KV slot buffers (``slots``, with their (slots, own tokens, rows) shapes and each row's own
 tokens) and of the engines' head caches (``cache``), by the batches' and caches' public
-``kv_bytes``, ``slots`` and ``own_tokens`` (it finds the live ones by wrapping their
-constructors). The demo's own ``run.json`` has the peak by phase
+``kv_bytes``, ``slots`` and ``own_tokens`` (the live ones from their classes' ``live()``).
+The demo's own ``run.json`` has the peak by phase
 (``agentrl_trainer.memory.TreeMemory``); this says which part of the process holds it.
 ``--summarize`` reduces sample files to their peaks (JSON, and a line each on stdout).
 
@@ -23,28 +23,17 @@ import json
 import sys
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
 
 def sample_while(path: Path) -> None:
-    """Start the sampling thread (a daemon) writing to ``path``; tracks batches and caches made from now on."""
+    """Start the sampling thread (a daemon) writing to ``path``."""
     import psutil
 
-    from agentrl_envs.chat import fast_decode
+    from agentrl_envs.chat.fast_decode import FastDecodeBatch, HeadCache
     from agentrl_trainer.memory import tree_rss
 
-    batches: weakref.WeakSet = weakref.WeakSet()
-    caches: weakref.WeakSet = weakref.WeakSet()
-    for cls, registry in ((fast_decode.FastDecodeBatch, batches), (fast_decode.HeadCache, caches)):
-        init = cls.__init__
-
-        def tracked(self: Any, *a: Any, _init: Any = init, _registry: Any = registry, **k: Any) -> None:
-            _init(self, *a, **k)
-            _registry.add(self)
-
-        cls.__init__ = tracked  # type: ignore[method-assign]
     out = path.open("w")
 
     def run() -> None:
@@ -52,7 +41,7 @@ def sample_while(path: Path) -> None:
         while True:
             try:
                 main, kids, _ = tree_rss(me)
-                live = list(batches)
+                live = FastDecodeBatch.live()
                 rec = {
                     "t": time.time(),
                     "main": main,
@@ -60,7 +49,7 @@ def sample_while(path: Path) -> None:
                     "slots": sum(b.kv_bytes for b in live),
                     "slot_shapes": [[*b.slots, len(b.rows)] for b in live],
                     "own": [sorted(b.own_tokens) for b in live],
-                    "cache": sum(c.kv_bytes for c in list(caches)),
+                    "cache": sum(c.kv_bytes for c in HeadCache.live()),
                 }
                 out.write(json.dumps(rec) + "\n")
                 out.flush()

@@ -26,10 +26,11 @@ the transformers path's and logprobs are within 1e-4 (``tests/models/test_fast_d
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -105,10 +106,13 @@ class HeadCache:
 
     ``max_tokens`` bounds the tokens of all entries (0: off). :meth:`lookup` finds what a new
     prompt can reuse; :meth:`add_head` and :meth:`add_snapshot` keep new entries. ``hits`` and
-    ``reused_tokens`` count what was reused.
+    ``reused_tokens`` count what was reused. :meth:`live` lists the caches that exist.
     """
 
+    _live: ClassVar[weakref.WeakSet[HeadCache]] = weakref.WeakSet()
+
     def __init__(self, max_tokens: int) -> None:
+        HeadCache._live.add(self)
         self.max_tokens = max_tokens
         self._entries: OrderedDict[tuple[int, ...], Head | _Snapshot] = OrderedDict()
         self._tokens = 0
@@ -117,6 +121,11 @@ class HeadCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @classmethod
+    def live(cls) -> list[HeadCache]:
+        """The caches not yet garbage-collected, in no particular order."""
+        return list(cls._live)
 
     @property
     def kv_bytes(self) -> int:
@@ -221,8 +230,11 @@ class FastDecodeBatch:
     ``max_slot_tokens`` (0: none) bounds the slot buffers' size in token slots (rows x the
     longest row's own tokens, completion budget included; 46 KB each for SmolLM2 in float32):
     :meth:`room` says how many new rows fit, and the buffers never grow past the bound for rows
-    that fit it (a lone row longer than the bound still runs).
+    that fit it (a lone row longer than the bound still runs). :meth:`live` lists the batches
+    that exist (``benchmarks/demo_memory.py`` reads their ``kv_bytes``).
     """
+
+    _live: ClassVar[weakref.WeakSet[FastDecodeBatch]] = weakref.WeakSet()
 
     def __init__(
         self,
@@ -234,6 +246,7 @@ class FastDecodeBatch:
         packed = engine.packed
         if packed is None:
             raise ValueError("FastDecodeBatch needs an engine with a packed model (engine.packed)")
+        FastDecodeBatch._live.add(self)
         self.engine = engine
         self.model: PackedLlama = packed
         self.grammar = grammar
@@ -252,6 +265,11 @@ class FastDecodeBatch:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @classmethod
+    def live(cls) -> list[FastDecodeBatch]:
+        """The batches not yet garbage-collected, in no particular order."""
+        return list(cls._live)
 
     @property
     def slots(self) -> tuple[int, int]:

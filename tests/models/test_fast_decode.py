@@ -8,6 +8,7 @@ and logprobs within 1e-4; the head cache must reuse earlier turns without changi
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from model_helpers import TinyTokenizer
 
 from agentrl_envs.chat.decode import DecodeRow, inverse_cdf
 from agentrl_envs.chat.engine import TransformersEngine
-from agentrl_envs.chat.fast_decode import HeadCache, common_prefix
+from agentrl_envs.chat.fast_decode import FastDecodeBatch, HeadCache, common_prefix
 from agentrl_envs.chat.llama import bfloat16_available
 from agentrl_envs.chat.sampling import BatchSampler
 from agentrl_envs.protocol.openai import Message
@@ -46,6 +47,19 @@ def _prompts(engine: TransformersEngine) -> list[list[int]]:
 @pytest.mark.model
 def test_the_default_model_decodes_packed(engine: TransformersEngine) -> None:
     assert engine.packed is not None
+
+
+@pytest.mark.model
+def test_live_lists_the_batches_and_caches_that_exist_and_keeps_none_alive(engine: TransformersEngine) -> None:
+    gc.collect()
+    before = len(FastDecodeBatch.live()), len(HeadCache.live())
+    cache = engine.new_prefix_cache(1000)
+    batch = engine.new_batch(prefix_cache=cache)
+    assert any(b is batch for b in FastDecodeBatch.live()) and any(c is cache for c in HeadCache.live())
+    assert (len(FastDecodeBatch.live()), len(HeadCache.live())) == (before[0] + 1, before[1] + 1)
+    del batch, cache
+    gc.collect()
+    assert (len(FastDecodeBatch.live()), len(HeadCache.live())) == before
 
 
 @pytest.mark.model
