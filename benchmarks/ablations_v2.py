@@ -15,7 +15,8 @@ the run's process tree, the machine's load) as soon as it ends; a run whose reco
 skipped, so the same command resumes. The base model is evaluated once the same way
 (``<out>/base.json``). ``<out>/summary.json`` (:func:`summarize`) follows from the records alone.
 ``--summarize`` runs nothing: it recomputes ``summary.json`` and the README's summary block
-from the records (after copying a session's records in). ``--smoke`` runs one step per condition
+from the records (after copying a session's records in); ``--docs docs/trainer.md README.md``
+fills those files' blocks too (:func:`write_summary_blocks`). ``--smoke`` runs one step per condition
 on tiny settings (the test suite runs it).
 """
 
@@ -87,6 +88,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--summarize",
         action="store_true",
         help="run nothing: recompute <out>/summary.json from the records and the README's summary block",
+    )
+    p.add_argument(
+        "--docs",
+        nargs="+",
+        default=[],
+        metavar="MD",
+        help="with --summarize: further Markdown files whose summary blocks to fill (docs/trainer.md, README.md)",
     )
     p.add_argument("--run-one", nargs=2, metavar=("CONDITION", "SEED"), help=argparse.SUPPRESS)
     p.add_argument("--run-base", action="store_true", help=argparse.SUPPRESS)
@@ -288,15 +296,21 @@ def summarize(out: Path, conditions: list[str] | None = None) -> dict[str, Any]:
     return summary
 
 
+def _fmt(ms: list[float] | tuple[float, float], digits: int = 3) -> str:
+    """``mean ± SE`` (the mean alone when the SE is NaN; "–" when the mean is)."""
+    m, e = ms
+    if isinstance(m, float) and math.isnan(m):
+        return "–"
+    return f"{m:.{digits}f}" if math.isnan(e) else f"{m:.{digits}f} ± {e:.{digits}f}"
+
+
 def render_markdown(summary: dict[str, Any]) -> str:
     """The summary as Markdown: the conditions (mean ± SE over seeds) and the paired effects."""
+    return render_conditions(summary) + "\n\n" + render_effects(summary)
 
-    def fmt(ms: list[float] | tuple[float, float], digits: int = 3) -> str:
-        m, e = ms
-        if isinstance(m, float) and math.isnan(m):
-            return "–"
-        return f"{m:.{digits}f}" if math.isnan(e) else f"{m:.{digits}f} ± {e:.{digits}f}"
 
+def render_conditions(summary: dict[str, Any]) -> str:
+    """The base model and every condition's figures (mean ± SE over seeds), as Markdown."""
     base = summary["base"]
     tasks = list(base["per_task"])
     pass_k = base.get("pass_at_k")
@@ -315,36 +329,71 @@ def render_markdown(summary: dict[str, Any]) -> str:
     for c, row in summary["conditions"].items():
         lines.append(
             f"| {c} | {len(row['seeds'])} | {'/'.join(map(str, row['steps']))} | "
-            f"{'/'.join(map(str, row['episodes_per_step']))} | {fmt(row['heldout_mean_reward'])} | {fmt(row['pass_at_k'])} | "
-            f"{fmt(row['mixed_reward_groups'])} | "
-            + " | ".join(fmt(row["per_task"][t]) for t in tasks)
-            + f" | {fmt(row['staleness_mean'], 2)} / {fmt(row['staleness_max'], 1)} | "
-            f"{fmt(row['log_ratio_abs_max'], 2)} ({fmt(row['free_log_ratio_abs_max'], 2)}) | "
-            f"{fmt(row['train_seconds_per_step'], 0)} | {fmt(row['peak_rss_gb'], 2)} |"
+            f"{'/'.join(map(str, row['episodes_per_step']))} | {_fmt(row['heldout_mean_reward'])} | {_fmt(row['pass_at_k'])} | "
+            f"{_fmt(row['mixed_reward_groups'])} | "
+            + " | ".join(_fmt(row["per_task"][t]) for t in tasks)
+            + f" | {_fmt(row['staleness_mean'], 2)} / {_fmt(row['staleness_max'], 1)} | "
+            f"{_fmt(row['log_ratio_abs_max'], 2)} ({_fmt(row['free_log_ratio_abs_max'], 2)}) | "
+            f"{_fmt(row['train_seconds_per_step'], 0)} | {_fmt(row['peak_rss_gb'], 2)} |"
         )
-    lines += ["", "Paired differences (with − without, per seed; mean ± SE; the 2 × SE rule):", ""]
-    lines.append("| effect | held-out mean reward | pass@k | mixed-reward groups |")
-    lines.append("|---|---|---|---|")
+    return "\n".join(lines)
+
+
+def render_effects(summary: dict[str, Any]) -> str:
+    """The paired effects and the 2 x 2 contrasts with their verdicts, as Markdown."""
     rows = {f"{k} ({v['with']} − {v['without']})": v for k, v in summary["effects"].items()}
     rows.update(summary.get("two_by_two", {}))
+    if not rows:
+        return "No paired difference yet: no seed has run both conditions of an effect."
+    lines = ["Paired differences (with − without, per seed; mean ± SE; the 2 × SE rule):", ""]
+    lines.append("| effect | held-out mean reward | pass@k | mixed-reward groups |")
+    lines.append("|---|---|---|---|")
     for name, v in rows.items():
-        cells = [f"{v[f]['mean']:+.3f} ± {v[f]['se']:.3f}: **{v[f]['verdict']}**" for f in FIGURES]
+        cells = [
+            f"{v[f]['mean']:+.3f}" + ("" if math.isnan(v[f]["se"]) else f" ± {v[f]['se']:.3f}") + f": **{v[f]['verdict']}**"
+            for f in FIGURES
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-SUMMARY_START, SUMMARY_END = "<!-- summary -->\n", "\n<!-- /summary -->"
+def render_verdicts(summary: dict[str, Any]) -> str:
+    """The named effects and the async x lagging interaction as verdicts alone (no figures: the
+    project README links every figure to its file, and the figures are in the other blocks)."""
+    rows = {f"{k} ({v['with']} − {v['without']})": v for k, v in summary["effects"].items()}
+    inter = summary.get("two_by_two", {}).get("async x lagging interaction")
+    if inter:
+        rows["async x lagging interaction"] = inter
+    if not rows:
+        return "None yet: no seed has run both conditions of an effect."
+    lines = [
+        "| effect, paired by seed (2 × SE rule) | held-out mean reward | pass@k | mixed-reward groups |",
+        "|---|---|---|---|",
+    ]
+    for name, v in rows.items():
+        lines.append(f"| {name} | " + " | ".join(v[f]["verdict"] for f in FIGURES) + " |")
+    return "\n".join(lines)
 
 
-def write_readme_summary(readme: Path, summary: dict[str, Any]) -> None:
-    """Put :func:`render_markdown`'s table between the README's summary markers (the only part of
-    the pre-written README this rewrites)."""
-    text = readme.read_text()
-    if SUMMARY_START not in text or SUMMARY_END not in text:
-        raise SystemExit(f"{readme} has no {SUMMARY_START.strip()} ... {SUMMARY_END.strip()} block to fill")
-    head, rest = text.split(SUMMARY_START, 1)
-    tail = rest.split(SUMMARY_END, 1)[1]
-    readme.write_text(head + SUMMARY_START + render_markdown(summary) + SUMMARY_END + tail)
+#: block name -> what fills it: ``<!-- NAME -->`` ... ``<!-- /NAME -->`` in a Markdown file
+BLOCKS = {"summary": render_markdown, "effects": render_effects, "verdicts": render_verdicts}
+
+
+def write_summary_blocks(doc: Path, summary: dict[str, Any]) -> None:
+    """Fill every summary block ``doc`` has (:data:`BLOCKS`: the whole summary, the effects, or
+    their verdicts alone) from ``summary``; nothing else in the file changes. A file with no block
+    is refused."""
+    text = doc.read_text()
+    found = False
+    for name, render in BLOCKS.items():
+        start, end = f"<!-- {name} -->\n", f"\n<!-- /{name} -->"
+        if start in text and end in text:
+            head, rest = text.split(start, 1)
+            text = head + start + render(summary) + end + rest.split(end, 1)[1]
+            found = True
+    if not found:
+        raise SystemExit(f"{doc} has no block to fill (" + ", ".join(f"<!-- {b} -->" for b in BLOCKS) + ")")
+    doc.write_text(text)
 
 
 # -------------------------------------------------------------------------------------- runs
@@ -358,7 +407,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     if a.summarize:  # the records alone: no trainer imported
         summary = summarize(out)
-        write_readme_summary(out / "README.md", summary)
+        for doc in [out / "README.md", *map(Path, a.docs)]:
+            write_summary_blocks(doc, summary)
         print(render_markdown(summary))
         return summary
     from agentrl_trainer.demo import exits_when_interrupted, sigterm_unwinds

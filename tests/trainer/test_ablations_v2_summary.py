@@ -94,6 +94,9 @@ def test_paired_differences_verdicts_and_the_interaction(tmp_path: Path, bench) 
     table = bench.render_markdown(summary)
     assert "| async-lag | 3 | 2 | 16 | 0.600 ± 0.058 |" in table
     assert "async x lagging interaction" in table and "+0.100 ± 0.006: **higher**" in table
+    verdicts = bench.render_verdicts(summary)
+    assert "| lagging, under async (async-lag − async-nolag) | higher | higher | higher |" in verdicts
+    assert "| async x lagging interaction | higher |" in verdicts and "main effect" not in verdicts
 
 
 def test_one_seed_gives_no_verdict(tmp_path: Path, bench) -> None:
@@ -104,20 +107,37 @@ def test_one_seed_gives_no_verdict(tmp_path: Path, bench) -> None:
     summary = bench.summarize(tmp_path)
     v = summary["effects"]["lagging, under async"]["heldout_mean_reward"]
     assert v["verdict"] == "not measured" and math.isnan(v["se"])
+    assert (
+        "| lagging, under async (async-lag − async-nolag) | +0.100: **not measured** | +0.100: **not measured** |"
+        in bench.render_effects(summary)
+    )
+    assert (
+        "| lagging, under async (async-lag − async-nolag) | not measured | not measured | not measured |"
+        in bench.render_verdicts(summary)
+    )
     assert summary["two_by_two"] == {} and summary["base"]["pass_at_k"] is None
 
 
-def test_summarize_fills_only_the_readme_block_and_needs_its_markers(tmp_path: Path, bench) -> None:
-    """``--summarize`` runs nothing: summary.json and the README's summary block follow from the
-    records (here one seed of two conditions, as after a first session of the sweep)."""
+def test_summarize_fills_only_the_blocks_and_needs_their_markers(tmp_path: Path, bench) -> None:
+    """``--summarize`` runs nothing: summary.json, the README's summary block and the blocks of the
+    files ``--docs`` names follow from the records (here one seed of two conditions, as after a
+    first session of the sweep)."""
     base = {"mean_reward": 0.3, "stderr": 0.04, "per_task": {t: {"mean_reward": 0.3} for t in TASKS}}
     (tmp_path / "base.json").write_text(json.dumps({"samples": {}, "eval": base, "sampled": None}))
     write_run(tmp_path, "async-lag", 0, 0.5, 0.7, [0.5])
     write_run(tmp_path, "sync-nolag", 0, 0.4, 0.6, [0.5])
     readme = tmp_path / "README.md"
     readme.write_text("# rule\n\n## Results\n\n<!-- summary -->\nnone yet\n<!-- /summary -->\n\nafter\n")
-    summary = bench.main(["--summarize", "--out", str(tmp_path)])
+    doc = tmp_path / "doc.md"
+    doc.write_text("top\n<!-- effects -->\nold\n<!-- /effects -->\nmiddle\n<!-- summary -->\nold\n<!-- /summary -->\n")
+    summary = bench.main(["--summarize", "--out", str(tmp_path), "--docs", str(doc)])
     assert set(summary["conditions"]) == {"async-lag", "sync-nolag"}
+    effects, full = bench.render_effects(summary), bench.render_markdown(summary)
+    assert (
+        doc.read_text()
+        == f"top\n<!-- effects -->\n{effects}\n<!-- /effects -->\nmiddle\n<!-- summary -->\n{full}\n<!-- /summary -->\n"
+    )
+    assert effects.startswith("No paired difference yet")  # async-lag and sync-nolag pair in no effect
     assert json.loads((tmp_path / "summary.json").read_text())["conditions"]["async-lag"]["seeds"] == [0]
     text = readme.read_text()
     assert text.startswith("# rule\n\n## Results\n\n") and text.endswith("\n<!-- /summary -->\n\nafter\n")
@@ -125,7 +145,7 @@ def test_summarize_fills_only_the_readme_block_and_needs_its_markers(tmp_path: P
     assert block == bench.render_markdown(summary) and "| sync-nolag | 1 | 1 | 16 | 0.400 |" in block
     assert not (tmp_path / "runs" / "async-nolag-s0.json").exists()  # nothing ran
     readme.write_text("# rule without the block\n")
-    with pytest.raises(SystemExit, match="no <!-- summary -->"):
+    with pytest.raises(SystemExit, match="has no block to fill"):
         bench.main(["--summarize", "--out", str(tmp_path)])
 
 
@@ -141,3 +161,10 @@ def test_the_committed_summary_follows_from_the_committed_records(tmp_path: Path
     readme = (RESULTS / "README.md").read_text()
     block = readme.split("<!-- summary -->\n", 1)[1].split("\n<!-- /summary -->", 1)[0]
     assert block == bench.render_markdown(recomputed)
+    # the docs show the same figures (--summarize --docs docs/trainer.md README.md)
+    for doc, name, render in (
+        (ROOT / "docs" / "trainer.md", "summary", bench.render_markdown),
+        (ROOT / "README.md", "verdicts", bench.render_verdicts),
+    ):
+        text = doc.read_text()
+        assert text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0] == render(recomputed), doc
