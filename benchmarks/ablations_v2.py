@@ -367,7 +367,7 @@ def render_verdicts(summary: dict[str, Any]) -> str:
     if not rows:
         return "None yet: no seed has run both conditions of an effect."
     lines = [
-        "| effect, paired by seed (2 × SE rule) | held-out mean reward | pass@k | mixed-reward groups |",
+        "| effect (with − without, paired by seed) | held-out mean reward | pass@k | mixed-reward groups |",
         "|---|---|---|---|",
     ]
     for name, v in rows.items():
