@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -100,6 +101,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-base", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("demo_args", nargs=argparse.REMAINDER, help="after --: further arguments for the demo's settings")
     a = p.parse_args(argv)
+    if a.docs and not a.summarize:
+        p.error("--docs goes with --summarize")
     if a.steps < 1 or a.eval_samples < 1 or a.pass_k < 0:
         p.error("--steps and --eval-samples must be at least 1, --pass-k at least 0")
     return a
@@ -339,10 +342,17 @@ def render_conditions(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _effect_rows(summary: dict[str, Any], contrasts: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Row name -> the figures' paired results: the named effects, then the 2 x 2 contrasts (all,
+    or those named in ``contrasts``)."""
+    rows = {f"{k} ({v['with']} − {v['without']})": v for k, v in summary["effects"].items()}
+    rows.update((k, v) for k, v in summary.get("two_by_two", {}).items() if contrasts is None or k in contrasts)
+    return rows
+
+
 def render_effects(summary: dict[str, Any]) -> str:
     """The paired effects and the 2 x 2 contrasts with their verdicts, as Markdown."""
-    rows = {f"{k} ({v['with']} − {v['without']})": v for k, v in summary["effects"].items()}
-    rows.update(summary.get("two_by_two", {}))
+    rows = _effect_rows(summary)
     if not rows:
         return "No paired difference yet: no seed has run both conditions of an effect."
     lines = ["Paired differences (with − without, per seed; mean ± SE; the 2 × SE rule):", ""]
@@ -360,10 +370,7 @@ def render_effects(summary: dict[str, Any]) -> str:
 def render_verdicts(summary: dict[str, Any]) -> str:
     """The named effects and the async x lagging interaction as verdicts alone (no figures: the
     project README links every figure to its file, and the figures are in the other blocks)."""
-    rows = {f"{k} ({v['with']} − {v['without']})": v for k, v in summary["effects"].items()}
-    inter = summary.get("two_by_two", {}).get("async x lagging interaction")
-    if inter:
-        rows["async x lagging interaction"] = inter
+    rows = _effect_rows(summary, contrasts=("async x lagging interaction",))
     if not rows:
         return "None yet: no seed has run both conditions of an effect."
     lines = [
@@ -375,22 +382,21 @@ def render_verdicts(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: block name -> what fills it: ``<!-- NAME -->`` ... ``<!-- /NAME -->`` in a Markdown file
-BLOCKS = {"summary": render_markdown, "effects": render_effects, "verdicts": render_verdicts}
+#: block name -> what fills it: ``<!-- NAME -->`` ... ``<!-- /NAME -->`` in a Markdown file (the
+#: results README and docs/trainer.md: the whole summary; the project README: the verdicts)
+BLOCKS = {"summary": render_markdown, "verdicts": render_verdicts}
 
 
 def write_summary_blocks(doc: Path, summary: dict[str, Any]) -> None:
-    """Fill every summary block ``doc`` has (:data:`BLOCKS`: the whole summary, the effects, or
-    their verdicts alone) from ``summary``; nothing else in the file changes. A file with no block
-    is refused."""
+    """Fill every block of :data:`BLOCKS` that ``doc`` has from ``summary``; nothing else in the
+    file changes. A file with no block is refused."""
     text = doc.read_text()
     found = False
     for name, render in BLOCKS.items():
-        start, end = f"<!-- {name} -->\n", f"\n<!-- /{name} -->"
-        if start in text and end in text:
-            head, rest = text.split(start, 1)
-            text = head + start + render(summary) + end + rest.split(end, 1)[1]
-            found = True
+        block = re.compile(rf"<!-- {name} -->\n.*?<!-- /{name} -->", re.S)
+        filled = f"<!-- {name} -->\n{render(summary)}\n<!-- /{name} -->"
+        text, n = block.subn(lambda _, filled=filled: filled, text)
+        found = found or n > 0
     if not found:
         raise SystemExit(f"{doc} has no block to fill (" + ", ".join(f"<!-- {b} -->" for b in BLOCKS) + ")")
     doc.write_text(text)

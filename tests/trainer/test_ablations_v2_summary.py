@@ -133,16 +133,16 @@ def test_summarize_fills_only_the_blocks_and_needs_their_markers(tmp_path: Path,
     write_run(tmp_path, "sync-nolag", 0, 0.4, 0.6, [0.5])
     readme = tmp_path / "README.md"
     readme.write_text("# rule\n\n## Results\n\n<!-- summary -->\nnone yet\n<!-- /summary -->\n\nafter\n")
-    doc = tmp_path / "doc.md"
-    doc.write_text("top\n<!-- effects -->\nold\n<!-- /effects -->\nmiddle\n<!-- summary -->\nold\n<!-- /summary -->\n")
+    doc = tmp_path / "doc.md"  # an empty block too: filled all the same
+    doc.write_text("top\n<!-- verdicts -->\n<!-- /verdicts -->\nmiddle\n<!-- summary -->\nold\n<!-- /summary -->\n")
     summary = bench.main(["--summarize", "--out", str(tmp_path), "--docs", str(doc)])
     assert set(summary["conditions"]) == {"async-lag", "sync-nolag"}
-    effects, full = bench.render_effects(summary), bench.render_markdown(summary)
+    verdicts, full = bench.render_verdicts(summary), bench.render_markdown(summary)
     assert (
         doc.read_text()
-        == f"top\n<!-- effects -->\n{effects}\n<!-- /effects -->\nmiddle\n<!-- summary -->\n{full}\n<!-- /summary -->\n"
+        == f"top\n<!-- verdicts -->\n{verdicts}\n<!-- /verdicts -->\nmiddle\n<!-- summary -->\n{full}\n<!-- /summary -->\n"
     )
-    assert effects.startswith("No paired difference yet")  # async-lag and sync-nolag pair in no effect
+    assert verdicts.startswith("None yet")  # async-lag and sync-nolag pair in no effect
     assert json.loads((tmp_path / "summary.json").read_text())["conditions"]["async-lag"]["seeds"] == [0]
     text = readme.read_text()
     assert text.startswith("# rule\n\n## Results\n\n") and text.endswith("\n<!-- /summary -->\n\nafter\n")
@@ -152,6 +152,8 @@ def test_summarize_fills_only_the_blocks_and_needs_their_markers(tmp_path: Path,
     readme.write_text("# rule without the block\n")
     with pytest.raises(SystemExit, match="has no block to fill"):
         bench.main(["--summarize", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):  # --docs without --summarize: an argparse error, nothing run
+        bench.main(["--out", str(tmp_path), "--docs", str(doc)])
 
 
 @pytest.mark.skipif(not (RESULTS / "summary.json").exists(), reason="the v2 sweep has not run yet")
