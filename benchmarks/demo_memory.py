@@ -7,9 +7,9 @@ Every second it writes one JSON line: the demo process's RSS (``main``), its des
 RSS (``kids``: the embedded controllers and workers), the bytes of every live fast-decode batch's
 KV slot buffers (``slots``, with their (slots, own tokens, rows) shapes and each row's own
 tokens) and of the engines' head caches (``cache``), by the batches' and caches' public
-``kv_bytes``, ``slots`` and ``own_tokens`` (the live ones from their classes' ``live()``).
-The demo's own ``run.json`` has the peak by phase
-(``agentrl_trainer.memory.TreeMemory``); this says which part of the process holds it.
+``kv_bytes``, ``slots`` and ``own_tokens`` (the live ones from their classes' ``live()``). The
+demo's own ``run.json`` has the peak by phase (``agentrl_trainer.memory.TreeMemory``); this says
+which part of the process holds it.
 ``--summarize`` reduces sample files to their peaks (JSON, and a line each on stdout).
 
 The committed results (benchmarks/results/demo_memory/) are 3-step probes of the demo's defaults
