@@ -68,26 +68,64 @@ def exit_with_parent(poll_s: float = 1.0, grace_s: float = 20.0) -> bool:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago. Racy for a server in another process: between this call
+    and that process's bind, any socket (a client's ephemeral port, too) may take it. A child
+    server we start gets :func:`listening_socket` instead."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def listening_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A TCP socket bound to ``(host, port)`` (port 0: one the kernel picks) and listening, for a
+    child server to inherit (``--fd``): the port is the child's from this call on, with no window
+    in which another socket can take it. A sweep run was lost to that window: a worker started on a
+    port from :func:`free_port` found it taken ("address already in use") 40 minutes into the run."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds its own
+        sock.bind((host, port))
+        sock.listen(128)  # the server raises it to its own backlog when it starts serving
+    except OSError as e:
+        sock.close()
+        raise InfrastructureError(f"cannot listen on {host}:{port}: {e}") from e
+    return sock
 
 
 class ManagedProcess:
     """A child process we started, with its log file; stopped by PID only."""
 
     def __init__(
-        self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None, *, append: bool = False
+        self,
+        name: str,
+        argv: list[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        *,
+        append: bool = False,
+        listen: socket.socket | None = None,
     ) -> None:
+        """``listen``: a listening socket (:func:`listening_socket`) the process serves on, passed
+        as ``--fd N`` after ``argv``; this process's copy is closed once the child has its own."""
         self.name = name
         self.argv = argv
         self.env = env
         self.log_path = log_path
         self._log = open(log_path, "ab" if append else "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        fds = () if listen is None else (listen.fileno(),)
+        cmd = argv if listen is None else [*argv, "--fd", str(listen.fileno())]
+        try:
+            self.proc = subprocess.Popen(
+                cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True, pass_fds=fds
+            )
+        finally:
+            if listen is not None:
+                listen.close()
 
     def restarted(self, note: str) -> ManagedProcess:
-        """The same command again (this one has exited), its log appended to this one's after ``note``."""
+        """The same command again (this one has exited), its log appended to this one's after ``note``.
+        It binds its ``--port`` itself: the socket the first one inherited closed with it."""
         self.stop()
         with open(self.log_path, "ab") as f:
             f.write(f"\n----- {note}\n".encode())
@@ -228,7 +266,9 @@ class LocalStack:
         self.host = host
         # Workers are local: they listen on loopback unless given a specific address.
         self.worker_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        self.port = port or free_port(host)
+        # The controller's socket, bound now (so the port is known and held); its process inherits it.
+        self._listen: socket.socket | None = listening_socket(host, port)
+        self.port = self._listen.getsockname()[1]
         self.url = f"http://{self.worker_host}:{self.port}"
         # Passed to the processes in their environment (never their command line, which `ps` shows).
         self.client_token = client_token
@@ -272,19 +312,27 @@ class LocalStack:
             env[CLIENT_TOKEN_ENV] = os.environ[CLIENT_TOKEN_ENV]
         level = ["--log-level", "warning"] if self.quiet else []
         level += ["--insecure"] if self.insecure else []
+        # Every server inherits its listening socket (``--fd``; ``--port`` names it in URLs and is
+        # what a restarted worker binds): no port changes hands between choosing and binding it.
+        listen = self._listen or listening_socket(self.host, self.port)
+        self._listen = None
         self.processes.append(
             ManagedProcess(
                 "controller",
                 _cli("controller", "--host", self.host, "--port", str(self.port), *level),
                 self.log_dir / "controller.log",
                 env,
+                listen=listen,
             )
         )
         for task in self.tasks:
-            port = str(free_port(self.worker_host))
+            sock = listening_socket(self.worker_host)
+            port = str(sock.getsockname()[1])
             args = ["worker", task, "--controller", self.url, "--host", self.worker_host, "--port", port, *level]
             args += worker_args(split=self.split, data=self.data.get(task), options=self.task_options.get(task))
-            self.processes.append(ManagedProcess(f"worker-{task}", _cli(*args), self.log_dir / f"worker-{task}.log", worker_env))
+            self.processes.append(
+                ManagedProcess(f"worker-{task}", _cli(*args), self.log_dir / f"worker-{task}.log", worker_env, listen=sock)
+            )
         self._wait_ready()
         if self.restart is not None:
             self.supervisor = Supervisor(self.restart, self.report)
@@ -330,6 +378,9 @@ class LocalStack:
                     time.sleep(0.2)
 
     def stop(self, keep_logs: bool = False) -> None:
+        if self._listen is not None:  # never started
+            self._listen.close()
+            self._listen = None
         if self.supervisor is not None:  # first: nothing is restarted while the stack stops
             self.supervisor.stop()
             self.supervisor = None

@@ -39,6 +39,34 @@ def test_an_error_inside_keeps_the_logs_and_a_named_dir_is_kept(tmp_path):
     assert (tmp_path / "logs" / "controller.log").exists()
 
 
+def test_a_port_taken_between_choosing_and_binding_it_cannot_stop_the_stack(monkeypatch):
+    """Every server of the stack inherits a socket bound before it starts (``--fd``). Before, each
+    bound a port chosen by ``free_port`` and a sweep run was lost when another socket took it in
+    between: here ``free_port`` hands out a port that is taken, as that race would. This process
+    keeps no copy of the sockets: a worker that died refuses connections (it does not hang)."""
+    import socket
+
+    import agentrl_envs.stack as stack_module
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    monkeypatch.setattr(stack_module, "free_port", lambda host="127.0.0.1": taken.getsockname()[1])
+    try:
+        with LocalStack(["echo"], restart=None) as stack:
+            worker = stack.processes[1]
+            worker_port = int(worker.argv[worker.argv.index("--port") + 1])
+            assert taken.getsockname()[1] not in (stack.port, worker_port)
+            assert httpx.get(f"{stack.url}/health").json()["live_workers"] == {"echo": 1}
+            assert httpx.get(f"http://127.0.0.1:{worker_port}/health").status_code == 200
+            worker.proc.kill()
+            worker.proc.wait()
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(f"http://127.0.0.1:{worker_port}/health", timeout=5)
+    finally:
+        taken.close()
+
+
 HOLDER = """
 import sys, time
 from agentrl_envs.stack import LocalStack

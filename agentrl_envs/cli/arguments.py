@@ -9,6 +9,11 @@ def server_args(sp: argparse.ArgumentParser, port: int) -> None:
     """Where and how a server listens: address, log level, the worker secret, TLS."""
     sp.add_argument("--host", default="127.0.0.1")
     sp.add_argument("--port", type=int, default=port)
+    sp.add_argument(
+        "--fd",
+        type=int,
+        help="serve on this inherited, already listening socket (--host/--port then only name it in URLs)",
+    )
     sp.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     sp.add_argument(
         "--worker-secret",

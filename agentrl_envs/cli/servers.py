@@ -25,8 +25,8 @@ from .arguments import data_args, server_args
 def _uvicorn_run(app: Any, host: str, port: int, log_level: str, *, reserve_fds: int = 512, a: Any = None) -> None:
     from ..transport.serve import run_server
 
-    tls = {"ssl_certfile": a.ssl_certfile, "ssl_keyfile": a.ssl_keyfile} if a is not None else {}
-    run_server(app, host, port, log_level, reserve_fds=reserve_fds, **tls)
+    opts = {"ssl_certfile": a.ssl_certfile, "ssl_keyfile": a.ssl_keyfile, "fd": a.fd} if a is not None else {}
+    run_server(app, host, port, log_level, reserve_fds=reserve_fds, **opts)
 
 
 def _secret(value: str | None, env: str) -> str | None:

@@ -47,9 +47,15 @@ def run_server(
     ssl_certfile: str | None = None,
     ssl_keyfile: str | None = None,
     limits: HttpLimits | None = None,
+    fd: int | None = None,
 ) -> None:
     """Serve ``app`` with uvicorn, set up for thousands of keep-alive agent connections; HTTPS
-    when given a certificate and its key (PEM files)."""
+    when given a certificate and its key (PEM files). ``fd``: serve on this inherited listening
+    socket (``agentrl-envs controller|worker --fd N``, as :class:`~agentrl_envs.stack.LocalStack`
+    starts them) instead of binding ``host:port``."""
+    import socket
+    import sys
+
     import uvicorn
 
     if bool(ssl_certfile) != bool(ssl_keyfile):
@@ -57,7 +63,7 @@ def run_server(
     connections = raise_fd_limit(reserve_fds)
     print(f"admitting up to {connections} connections (then 503; raise `ulimit -n` for more)", flush=True)
     tune_gc_for_serving()
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -76,3 +82,17 @@ def run_server(
         ssl_certfile=ssl_certfile,
         ssl_keyfile=ssl_keyfile,
     )
+    # As uvicorn.run (no reload, one process), which cannot take an inherited TCP socket: its fd=
+    # opens it as AF_UNIX. socket(fileno=) reads the family from the descriptor.
+    sockets = None
+    if fd is not None:
+        sock = socket.socket(fileno=fd)
+        sock.set_inheritable(False)  # not into a task's subprocesses (the OS task's sandbox)
+        sockets = [sock]
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=sockets)
+    except KeyboardInterrupt:
+        pass
+    if not server.started:
+        sys.exit(3)  # uvicorn's exit code when start-up fails (e.g. the port is taken)
