@@ -29,10 +29,11 @@ def test_every_condition_is_its_override_on_the_same_fixed_batch(tmp_path: Path,
     groups = 2 if smoke else 4
     configs = {c: trainer_config(d, tmp_path, **bench.CONDITIONS[c]) for c in bench.CONDITIONS}
     full = configs["async-lag"]
+    base = full.to_dict()
     assert full.rollout_mode == "async" and full.lagging_fraction > 0 and full.task_advantage_norm is True
     for name, cfg in configs.items():
         # each condition is async-lag with its override's fields changed, and nothing else
-        changed = {k: v for k, v in cfg.to_dict().items() if v != full.to_dict()[k]}
+        changed = {k: v for k, v in cfg.to_dict().items() if v != base[k]}
         assert changed == bench.CONDITIONS[name], name
         # the same batch in every condition; async drains a queue of one step's batch
         assert cfg.num_generations == groups and cfg.max_steps == a.steps
