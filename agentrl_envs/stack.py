@@ -163,10 +163,19 @@ class ServerThread:
         limits: Any = None,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
+        listen: socket.socket | None = None,
     ) -> None:
+        """``port``: bind this one (default: one the kernel picks); ``listen``: serve on this
+        listening socket (:func:`listening_socket`) instead, for an app that must know its own
+        address before it is built (a worker tells the controller where it is); closed in stop()."""
         import uvicorn
 
-        self.port = port or free_port()
+        # Bound here and served by uvicorn (``sockets=``): the port is the server's from this line
+        # on. Before, a port from free_port was bound when the thread started, and any socket of
+        # this process (a client's ephemeral port) could take it in between, as one did to a
+        # LocalStack worker in a sweep run.
+        self._sock = listen or listening_socket("127.0.0.1", port or 0)
+        self.port = self._sock.getsockname()[1]
         self.url = f"{'https' if ssl_certfile else 'http'}://127.0.0.1:{self.port}"
         from .transport.http11 import http_protocol
         from .transport.routes import FastRoutes
@@ -184,7 +193,9 @@ class ServerThread:
             ssl_keyfile=ssl_keyfile,
         )
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True, name=f"server-{self.port}")
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True, name=f"server-{self.port}"
+        )
 
     def start(self, timeout: float = 60.0) -> ServerThread:
         self.thread.start()
@@ -198,6 +209,7 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(30)
+        self._sock.close()  # uvicorn closed its server on it; a never-started one still holds the port
 
 
 def worker_args(*, split: str | None = None, data: str | None = None, options: dict[str, Any] | None = None) -> list[str]:

@@ -10,7 +10,7 @@ import httpx
 
 from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.episode import TaskRuntime
-from agentrl_envs.stack import ServerThread, free_port
+from agentrl_envs.stack import ServerThread, listening_socket
 from agentrl_envs.worker import WorkerService, create_worker_app
 
 
@@ -33,9 +33,10 @@ class Stack:
 
     def add_worker(self, task_cls: type, *, port: int | None = None, **worker_kwargs: Any) -> ServerThread:
         runtime = TaskRuntime(task_cls, split=task_cls.splits[0] if task_cls.splits else None)
-        port = port or free_port()
+        listen = listening_socket("127.0.0.1", port or 0)  # a restarted worker binds its old port again
+        port = listen.getsockname()[1]
         service = WorkerService(runtime, controller_url=self.url, self_address=f"http://127.0.0.1:{port}/api", **worker_kwargs)
-        server = ServerThread(create_worker_app(service), port=port).start()
+        server = ServerThread(create_worker_app(service), listen=listen).start()
         self.workers.append(server)
         wait_for(
             lambda: any(

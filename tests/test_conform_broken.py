@@ -22,7 +22,7 @@ from tasks_for_tests import Calc
 from agentrl_envs.conformance.wire import WireOptions, run_conformance
 from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.episode import TaskRuntime
-from agentrl_envs.stack import ServerThread, free_port
+from agentrl_envs.stack import ServerThread, listening_socket
 from agentrl_envs.task import Task
 from agentrl_envs.tasks.echo import EchoTask
 from agentrl_envs.worker import WorkerService, create_worker_app
@@ -109,7 +109,8 @@ def broken_worker(controller: str) -> Iterator[Callable[..., str]]:
     def start(
         *, answer: Answer | None = None, rewrite: Rewrite | None = None, task: type[Task] = Calc, **worker_kwargs: Any
     ) -> str:
-        port = free_port()
+        listen = listening_socket()
+        port = listen.getsockname()[1]
         service = WorkerService(
             TaskRuntime(task, split="dev"),
             controller_url=controller,
@@ -117,7 +118,7 @@ def broken_worker(controller: str) -> Iterator[Callable[..., str]]:
             heartbeat_interval=0.5,
             **worker_kwargs,
         )
-        servers.append(ServerThread(Broken(create_worker_app(service), answer=answer, rewrite=rewrite), port=port).start())
+        servers.append(ServerThread(Broken(create_worker_app(service), answer=answer, rewrite=rewrite), listen=listen).start())
         wait_for(lambda: any(w["alive"] for w in httpx.get(f"{controller}/api/list_workers").json().get(task.name, [])))
         return controller
 

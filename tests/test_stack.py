@@ -67,6 +67,33 @@ def test_a_port_taken_between_choosing_and_binding_it_cannot_stop_the_stack(monk
         taken.close()
 
 
+def test_a_server_thread_holds_its_port_from_construction(monkeypatch):
+    """The in-process server (tests, conformance) binds its socket when it is built, not when its
+    thread starts: a port from ``free_port`` that something took in between cannot stop it; and
+    once stopped, its port refuses connections."""
+    import socket
+
+    import agentrl_envs.stack as stack_module
+    from agentrl_envs.controller import ControllerService, create_controller_app
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    monkeypatch.setattr(stack_module, "free_port", lambda host="127.0.0.1": taken.getsockname()[1])
+    try:
+        server = stack_module.ServerThread(create_controller_app(ControllerService()))
+        assert server.port != taken.getsockname()[1]
+        with pytest.raises(OSError):  # the port is the server's before its thread has started
+            socket.create_server(("127.0.0.1", server.port))
+        server.start()
+        assert httpx.get(f"{server.url}/health").status_code == 200
+        server.stop()
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{server.url}/health", timeout=5)
+    finally:
+        taken.close()
+
+
 HOLDER = """
 import sys, time
 from agentrl_envs.stack import LocalStack

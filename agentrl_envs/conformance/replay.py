@@ -21,16 +21,17 @@ from .common import installed, split_of, task_label
 def _threaded_stack(task_cls: type[Task], split: str | None, config: dict[str, Any] | None) -> Iterator[str]:
     """A controller and a worker of ``task_cls`` (any class, installed or not) over loopback HTTP, in threads."""
     from ..controller import ControllerService, create_controller_app
-    from ..stack import ServerThread, free_port, tasks_without_live_worker
+    from ..stack import ServerThread, listening_socket, tasks_without_live_worker
     from ..worker import WorkerService, create_worker_app
 
     controller = ServerThread(create_controller_app(ControllerService())).start()
     worker: ServerThread | None = None
     try:
-        port = free_port()
+        listen = listening_socket()
+        port = listen.getsockname()[1]
         runtime = TaskRuntime(task_cls, split=split, config=config)
         service = WorkerService(runtime, controller_url=controller.url, self_address=f"http://127.0.0.1:{port}/api")
-        worker = ServerThread(create_worker_app(service), port=port).start()
+        worker = ServerThread(create_worker_app(service), listen=listen).start()
         deadline = time.monotonic() + 60
         with httpx.Client(timeout=2.0) as http:
             while tasks_without_live_worker(http, controller.url, [task_cls.name]):

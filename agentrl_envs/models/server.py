@@ -263,18 +263,22 @@ def serve_model(
     num_threads: int | None = None,
     dtype: str = "float32",
     log_level: str = "info",
+    fd: int | None = None,
     **service_options: Any,
 ) -> None:
     """Load the model, then serve the OpenAI API with uvicorn until interrupted (blocking).
 
     ``service_options`` go to :class:`.service.ChatService` (``max_batch``: requests decoded
-    together; the budget caps and guards). The socket opens only after the model is loaded, so
-    ``/health`` answering means ready.
+    together; the budget caps and guards). ``/health`` answers only after the model is loaded, so
+    its answer means ready. ``fd``: serve on this inherited listening socket (``--fd N``, as
+    :class:`.launch.LocalModelServer` starts it) instead of binding ``host:port``; a health check
+    sent while the model loads waits in its backlog.
     """
     import torch
     import uvicorn
 
     from ..chat.engine import TransformersEngine
+    from ..transport.serve import serve_config
     from .service import ChatService
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -286,7 +290,8 @@ def serve_model(
     log.info("model %s loaded in %.1f s; serving on http://%s:%d/v1", engine.name, engine.load_seconds, host, port)
     service = ChatService(engine, **service_options)
     try:
-        uvicorn.run(create_app(service, served_model_name=served_model_name), host=host, port=port, log_level=log_level)
+        app = create_app(service, served_model_name=served_model_name)
+        serve_config(uvicorn.Config(app, host=host, port=port, log_level=log_level), fd)
     finally:
         service.close()
 
@@ -302,6 +307,7 @@ def serve_from_args(a: argparse.Namespace) -> None:
         served_model_name=a.served_model_name,
         dtype=a.dtype,
         log_level=a.log_level,
+        fd=a.fd,
         max_batch=a.max_batch,
         default_max_tokens=a.default_max_tokens,
         max_tokens_limit=a.max_tokens_limit,

@@ -53,9 +53,6 @@ def run_server(
     when given a certificate and its key (PEM files). ``fd``: serve on this inherited listening
     socket (``agentrl-envs controller|worker --fd N``, as :class:`~agentrl_envs.stack.LocalStack`
     starts them) instead of binding ``host:port``."""
-    import socket
-    import sys
-
     import uvicorn
 
     if bool(ssl_certfile) != bool(ssl_keyfile):
@@ -82,8 +79,20 @@ def run_server(
         ssl_certfile=ssl_certfile,
         ssl_keyfile=ssl_keyfile,
     )
-    # As uvicorn.run (no reload, one process), which cannot take an inherited TCP socket: its fd=
-    # opens it as AF_UNIX. socket(fileno=) reads the family from the descriptor.
+    serve_config(config, fd)
+
+
+def serve_config(config: Any, fd: int | None = None) -> None:
+    """Serve a ``uvicorn.Config`` until interrupted, as ``uvicorn.run`` does (no reload, one
+    process), on the inherited listening socket ``fd`` when given (``--fd N``) instead of binding
+    the config's host and port; exit 3 if the server did not start (e.g. the port is taken)."""
+    import socket
+    import sys
+
+    import uvicorn
+
+    # uvicorn.run cannot take an inherited TCP socket: its fd= opens it as AF_UNIX.
+    # socket(fileno=) reads the family from the descriptor.
     sockets = None
     if fd is not None:
         sock = socket.socket(fileno=fd)
@@ -95,4 +104,4 @@ def run_server(
     except KeyboardInterrupt:
         pass
     if not server.started:
-        sys.exit(3)  # uvicorn's exit code when start-up fails (e.g. the port is taken)
+        sys.exit(3)  # uvicorn's exit code when start-up fails

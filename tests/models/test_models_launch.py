@@ -11,13 +11,21 @@ import pytest
 
 from agentrl_envs.chat.errors import ModelLoadError
 from agentrl_envs.chat.llama import bfloat16_available
-from agentrl_envs.models.launch import LocalModelServer, free_port
+from agentrl_envs.errors import InfrastructureError
+from agentrl_envs.models.launch import LocalModelServer
 
 
-def test_free_port_is_bindable() -> None:
-    port = free_port()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", port))
+def test_a_taken_port_is_refused_before_the_model_loads() -> None:
+    """The launcher binds the server's socket itself and passes it down (``--fd``): a port that is
+    taken fails at once, naming it, with no server process started."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = LocalModelServer(port=port)
+        with pytest.raises(InfrastructureError, match=f"cannot listen on 127.0.0.1:{port}"):
+            server.start()
+        assert server.process is None
 
 
 def test_an_unknown_dtype_is_refused_by_the_servers_flags() -> None:
@@ -62,6 +70,7 @@ def test_local_model_server_serves_and_stops(dtype: str) -> None:
         assert f"packed {dtype} decode" in server.log_tail(200)
         assert server.base_url.endswith("/v1") and server.base_url.startswith("http://127.0.0.1:")
         pid = server.process.proc.pid  # type: ignore[union-attr]
+        assert "--fd" in server.process.proc.args  # type: ignore[union-attr]  # serves the socket the launcher bound
         r = httpx.post(
             server.base_url + "/chat/completions",
             json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 5, "temperature": 0},

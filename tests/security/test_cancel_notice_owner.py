@@ -23,7 +23,7 @@ from tasks_for_tests import Calc
 
 from agentrl_envs.controller import ControllerService, create_controller_app
 from agentrl_envs.episode import TaskRuntime
-from agentrl_envs.stack import ServerThread, free_port
+from agentrl_envs.stack import ServerThread, listening_socket
 from agentrl_envs.transport.auth import controller_authenticator, worker_authenticator
 from agentrl_envs.worker import WorkerService, create_worker_app
 
@@ -69,7 +69,8 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
     servers = [controller]
     try:
         for _ in range(2):
-            port = free_port()
+            listen = listening_socket()
+            port = listen.getsockname()[1]
             worker = WorkerService(
                 TaskRuntime(Calc, split="dev"),
                 concurrency=4,
@@ -78,7 +79,7 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
                 heartbeat_interval=0.5,
                 worker_secret=WORKER,
             )
-            servers.append(ServerThread(create_worker_app(worker, auth=worker_authenticator(WORKER)), port=port).start())
+            servers.append(ServerThread(create_worker_app(worker, auth=worker_authenticator(WORKER)), listen=listen).start())
         addresses = {f"{s.url}/api" for s in servers[1:]}
         wait_for(
             lambda: (
