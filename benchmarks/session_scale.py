@@ -52,7 +52,7 @@ from pathlib import Path
 
 import httpx
 
-from agentrl_envs.stack import ManagedProcess, free_port
+from agentrl_envs.stack import ManagedProcess, listening_socket
 
 HERE = Path(__file__).resolve().parent
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -170,13 +170,16 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / "agentrl-bench"
     logs.mkdir(parents=True, exist_ok=True)
     server_core, gen_core = (SERVER_CORE, GEN_CORE) if pin else (None, None)
-    wport = free_port()
+    # Each server serves a socket bound here (--fd), so no port is taken between choosing and binding it.
+    wlisten = listening_socket()
+    wport = wlisten.getsockname()[1]
     worker_cmd = [*cli, "worker", "echo", "--split", "load", "--option", f"steps={a.k}", "--port", str(wport)]
     worker_cmd += ["--concurrency", str(max(sessions * 2, 64)), "--log-level", "warning"]
     procs: list[ManagedProcess] = []
     try:
         if mode.startswith("controller"):
-            cport = free_port()
+            clisten = listening_socket()
+            cport = clisten.getsockname()[1]
             ctrl_cmd = [*cli, "controller", "--port", str(cport), "--log-level", "warning"]
             if mode == "controller-http":
                 ctrl_cmd += ["--worker-transport", "http"]
@@ -185,13 +188,14 @@ def one_run(mode: str, sessions: int, a: argparse.Namespace, pin: bool) -> dict:
                     "controller",
                     pinned(server_core, ctrl_cmd),
                     logs / "scale-controller.log",
+                    listen=clisten,
                 )
             )
             worker_cmd += ["--controller", f"http://127.0.0.1:{cport}/api"]
             base = f"http://127.0.0.1:{cport}/api"
         else:
             base = f"http://127.0.0.1:{wport}/api"
-        procs.append(ManagedProcess("worker", pinned(server_core, worker_cmd), logs / "scale-worker.log"))
+        procs.append(ManagedProcess("worker", pinned(server_core, worker_cmd), logs / "scale-worker.log", listen=wlisten))
         wait_until(lambda: httpx.get(f"http://127.0.0.1:{wport}/health", timeout=1).status_code == 200)
         if mode.startswith("controller"):
             wait_until(lambda: httpx.get(f"{base}/list_workers", timeout=1).json().get("echo"))
