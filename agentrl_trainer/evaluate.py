@@ -11,6 +11,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,10 +50,19 @@ async def _evaluate(
         async def one(spec: EpisodeSpec) -> Episode:
             nonlocal done, successes
             async with gate:
-                for _ in range(retries + 1):
-                    ep = await run_episode(client, spec, lambda _turn: choice, tokenizer, list(stop_token_ids), settings)
+                for attempt in range(1, retries + 2):
+                    # each replay samples afresh (its own turn seeds), as the training pipeline's: a
+                    # failure the sampled text caused would otherwise recur in every replay
+                    ep = await run_episode(
+                        client, spec, lambda _turn: choice, tokenizer, list(stop_token_ids), settings, attempt=attempt
+                    )
+                    ep.attempts = attempt
                     if not ep.infra_failure:
                         break
+                else:  # not scored: say why
+                    log.warning(
+                        "%s sample %s lost to the infrastructure after %d plays: %s", spec.task, spec.index, retries + 1, ep.error
+                    )
             done += 1
             successes += ep.reward >= 1.0
             if done % every == 0 or done == len(specs):
@@ -94,7 +104,9 @@ def _mean_se(values: Sequence[float]) -> tuple[float, float]:
 
 
 def summarize(episodes: Sequence[Episode]) -> dict[str, Any]:
-    """Mean reward, standard error (sample std / √n), success rate and counts, overall and per task."""
+    """Mean reward, standard error (sample std / √n), success rate and counts, overall and per task;
+    the episodes lost to the infrastructure are not scored but counted (``infra_failures``) and
+    their errors tallied (``infra_errors``)."""
     scored = [e for e in episodes if not e.infra_failure]
 
     def block(eps: Sequence[Episode]) -> dict[str, Any]:
@@ -110,6 +122,9 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, Any]:
 
     out = block(scored)
     out["infra_failures"] = len(episodes) - len(scored)
+    # why they were lost, by task and error (its first 200 characters), most frequent first
+    lost = Counter(f"{e.spec.task}: {(e.error or 'no error recorded')[:200]}" for e in episodes if e.infra_failure)
+    out["infra_errors"] = dict(lost.most_common())
     out["per_task"] = {t: block([e for e in scored if e.spec.task == t]) for t in dict.fromkeys(e.spec.task for e in scored)}
     return out
 
