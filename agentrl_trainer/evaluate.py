@@ -8,6 +8,7 @@ overall. Infrastructure failures are retried, never scored.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -18,7 +19,7 @@ from typing import Any
 from agentrl_envs.client import AsyncControllerClient
 from agentrl_envs.protocol.agentrl import SampleIndex
 
-from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode
+from .rollout import EngineChoice, Episode, EpisodeSpec, RolloutEngine, RolloutSettings, run_episode_retrying
 
 __all__ = ["evaluate", "pass_at_k", "summarize"]
 
@@ -44,24 +45,19 @@ async def _evaluate(
         for r in range(repeats)
     ]
     done, successes, started = 0, 0, time.monotonic()
+    replays = dataclasses.replace(settings, infra_retries=retries)
     every = max(1, len(specs) // 10)  # progress at each tenth: an evaluation can take many minutes
     async with AsyncControllerClient(controller_url) as client:
 
         async def one(spec: EpisodeSpec) -> Episode:
             nonlocal done, successes
             async with gate:
-                for attempt in range(1, retries + 2):
-                    # each replay samples afresh (its own turn seeds), as the training pipeline's: a
-                    # failure the sampled text caused would otherwise recur in every replay
-                    ep = await run_episode(
-                        client, spec, lambda _turn: choice, tokenizer, list(stop_token_ids), settings, attempt=attempt
-                    )
-                    ep.attempts = attempt
-                    if not ep.infra_failure:
-                        break
-                else:  # not scored: say why
+                # the training pipeline's replays: each samples afresh (its own turn seeds), so a
+                # failure the sampled text caused does not recur in every replay
+                ep = await run_episode_retrying(client, spec, lambda _turn: choice, tokenizer, list(stop_token_ids), replays)
+                if ep.infra_failure:  # not scored: say why
                     log.warning(
-                        "%s sample %s lost to the infrastructure after %d plays: %s", spec.task, spec.index, retries + 1, ep.error
+                        "%s sample %s lost to the infrastructure after %d plays: %s", spec.task, spec.index, ep.attempts, ep.error
                     )
             done += 1
             successes += ep.reward >= 1.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-import agentrl_trainer.evaluate as evaluate_module
+import agentrl_trainer.rollout as rollout_module
 from agentrl_trainer.evaluate import evaluate, pass_at_k, summarize
 from agentrl_trainer.rollout import Episode, EpisodeSpec, RolloutSettings
 
@@ -62,7 +62,7 @@ def test_a_replay_samples_afresh_and_a_sample_still_lost_is_logged(monkeypatch, 
             spec.task, spec.group_id, spec.episode_id, 0.0 if lost else 1.0, error="task error: boom" if lost else None
         )
 
-    monkeypatch.setattr(evaluate_module, "run_episode", fake_run_episode)
+    monkeypatch.setattr(rollout_module, "run_episode", fake_run_episode)
     with caplog.at_level(logging.WARNING, logger="agentrl_trainer.evaluate"):
         episodes = evaluate("http://127.0.0.1:9", None, None, [], {"os": [0, 1]}, RolloutSettings(seed=0), retries=2)
     assert sorted(plays) == [(0, 1), (0, 2), (1, 1), (1, 2), (1, 3)]
@@ -78,6 +78,6 @@ def test_without_retries_each_sample_is_played_once(monkeypatch) -> None:
         plays.append(attempt)
         return episode(spec.task, spec.group_id, spec.episode_id, 0.0, error="task error: boom")
 
-    monkeypatch.setattr(evaluate_module, "run_episode", fake_run_episode)
+    monkeypatch.setattr(rollout_module, "run_episode", fake_run_episode)
     episodes = evaluate("http://127.0.0.1:9", None, None, [], {"os": [0]}, RolloutSettings(seed=0), repeats=2, retries=0)
     assert plays == [1, 1] and all(e.infra_failure for e in episodes)
