@@ -150,6 +150,13 @@ class Episode:
             raise ToolCallError(f"the arguments of `{spec.name}` are not valid JSON ({e.msg} at position {e.pos})") from None
         if not isinstance(raw, dict):
             raise ToolCallError(f"the arguments of `{spec.name}` must be a JSON object, got {type(raw).__name__}")
+        try:  # Python's json decodes a lone "\udc80" escape; no task can encode it (UTF-8, orjson)
+            json.dumps(raw, ensure_ascii=False).encode()
+        except UnicodeEncodeError as e:
+            bad = f"\\u{ord(e.object[e.start]):04x}"
+            raise ToolCallError(
+                f"the arguments of `{spec.name}` are not valid JSON (a lone surrogate {bad} in a string)"
+            ) from None
         kwargs = spec.validate(raw)
         method = getattr(self.task, spec.method_name)
         result = await method(**kwargs) if spec.is_async else await asyncio.to_thread(method, **kwargs)

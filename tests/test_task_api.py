@@ -52,6 +52,7 @@ async def test_bad_calls_answered_with_readable_tool_messages(runtime):
         "missing": ("add", '{"y": 1}'),
         "extra": ("add", '{"x": 1, "z": 2}'),
         "not an object": ("add", "[1, 2]"),
+        "lone surrogate": ("add", '{"x": "\\udc80"}'),
     }
     expected = {
         "not json": "not valid JSON",
@@ -60,6 +61,7 @@ async def test_bad_calls_answered_with_readable_tool_messages(runtime):
         "missing": "missing required argument `x`",
         "extra": "unexpected argument `z`",
         "not an object": "must be a JSON object",
+        "lone surrogate": "not valid JSON (a lone surrogate \\udc80 in a string)",
     }
     runtime.task_cls.max_turns = 100
     try:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentrl_envs.errors import DataError
+from agentrl_envs.errors import DataError, ToolCallError
 from agentrl_envs.protocol.agentrl import SampleStatus
 from agentrl_envs.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxLimits
 from agentrl_envs.task import Task, TaskConfig, tool
@@ -206,6 +206,8 @@ class OSTask(Task):
                 )
                 return "The answer could not be judged."
         else:
+            if "\x00" in answer:  # the check receives the answer as an argument, which cannot hold one
+                raise ToolCallError("the answer contains a NUL character (\\u0000), which the task's check cannot receive")
             assert self.box is not None
             box = self.box
 

@@ -69,3 +69,28 @@ async def test_easy_session_prompt_limit_and_wrong_answers(rootfs) -> None:
         assert out.finish and out.status.value == "task limit reached"
     finally:
         await runtime.close()
+
+
+async def test_a_nul_in_the_answer_or_a_lone_surrogate_is_the_models_error_not_a_task_error(rootfs) -> None:
+    """Both reach the task through JSON escapes the tool-call grammar allows ("\\u0000", "\\udc80");
+    they ended the episode ``task error`` (an infrastructure failure, replayed and dropped) when the
+    check's argv refused the NUL and bash's UTF-8 the surrogate: now a tool error the model reads."""
+    runtime = TaskRuntime(get_task("os"), split="easy-test", config={"rootfs": str(rootfs)})
+    await runtime.open()
+    try:
+        check = next(i for i, s in enumerate(runtime.samples) if s["check"])
+        episode = runtime.episode(check)
+        await episode.start()
+        out = await episode.step([_call("answer_action", answer="4\x002")])
+        assert not out.finish and out.status.value == "running"
+        assert (
+            out.messages[0]["content"]
+            == "Error: the answer contains a NUL character (\\u0000), which the task's check cannot receive"
+        )
+        out = await episode.step([_call("bash_action", script="echo \udc80")])
+        assert not out.finish and "not valid JSON (a lone surrogate \\udc80 in a string)" in out.messages[0]["content"]
+        assert out.metric["tool_errors"] == 2
+        out = await episode.step([_call("finish_action", thought="done")])  # the round limit's last: judged
+        assert out.finish and out.status.value == "completed" and out.reward == 0.0
+    finally:
+        await runtime.close()
