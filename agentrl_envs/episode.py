@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -144,19 +145,7 @@ class Episode:
         if spec is None:
             known = ", ".join(f"`{n}`" for n in specs)
             raise ToolCallError(f"unknown tool `{call.function.name}`; the tools are {known}")
-        try:
-            raw = json.loads(call.function.arguments or "{}")
-        except json.JSONDecodeError as e:
-            raise ToolCallError(f"the arguments of `{spec.name}` are not valid JSON ({e.msg} at position {e.pos})") from None
-        if not isinstance(raw, dict):
-            raise ToolCallError(f"the arguments of `{spec.name}` must be a JSON object, got {type(raw).__name__}")
-        try:  # Python's json decodes a lone "\udc80" escape; no task can encode it (UTF-8, orjson)
-            json.dumps(raw, ensure_ascii=False).encode()
-        except UnicodeEncodeError as e:
-            bad = f"\\u{ord(e.object[e.start]):04x}"
-            raise ToolCallError(
-                f"the arguments of `{spec.name}` are not valid JSON (a lone surrogate {bad} in a string)"
-            ) from None
+        raw = _decode_arguments(spec.name, call.function.arguments or "{}")
         kwargs = spec.validate(raw)
         method = getattr(self.task, spec.method_name)
         result = await method(**kwargs) if spec.is_async else await asyncio.to_thread(method, **kwargs)
@@ -184,6 +173,30 @@ class Episode:
             await self.task.teardown()
         except Exception:
             log.exception("teardown of task %r failed", type(self.task).name)
+
+
+def _decode_arguments(tool: str, text: str) -> dict[str, Any]:
+    """A tool call's arguments as a dict, or :class:`ToolCallError` (the model's mistake) saying why
+    not. Beyond what ``json.loads`` rejects, these raised *other* errors, which ended the episode
+    ``task error`` (probed on every task): nesting past the recursion limit (``RecursionError``),
+    an integer of more digits than ``sys.get_int_max_str_digits()`` (``ValueError``), and a lone
+    surrogate escape (``"\\udc80"``, which Python decodes and no task can encode: UTF-8, orjson)."""
+    why = f"the arguments of `{tool}` are not valid JSON"
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ToolCallError(f"{why} ({e.msg} at position {e.pos})") from None
+    except RecursionError:
+        raise ToolCallError(f"{why} (nested too deeply)") from None
+    except ValueError:
+        raise ToolCallError(f"{why} (an integer of more than {sys.get_int_max_str_digits()} digits)") from None
+    if not isinstance(raw, dict):
+        raise ToolCallError(f"the arguments of `{tool}` must be a JSON object, got {type(raw).__name__}")
+    try:
+        json.dumps(raw, ensure_ascii=False).encode()
+    except UnicodeEncodeError as e:
+        raise ToolCallError(f"{why} (a lone surrogate \\u{ord(e.object[e.start]):04x} in a string)") from None
+    return raw
 
 
 class TaskRuntime:

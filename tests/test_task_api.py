@@ -42,7 +42,8 @@ def runtime():
     return TaskRuntime(Calc, split="dev")
 
 
-async def test_bad_calls_answered_with_readable_tool_messages(runtime):
+async def test_bad_calls_answered_with_readable_tool_messages(runtime, monkeypatch):
+    monkeypatch.setattr(runtime.task_cls, "max_turns", 100)  # every case a round of one episode
     ep = runtime.episode(0)
     await ep.start()
     cases = {
@@ -53,6 +54,8 @@ async def test_bad_calls_answered_with_readable_tool_messages(runtime):
         "extra": ("add", '{"x": 1, "z": 2}'),
         "not an object": ("add", "[1, 2]"),
         "lone surrogate": ("add", '{"x": "\\udc80"}'),
+        "too deep": ("add", '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        "too long an integer": ("add", '{"x": ' + "9" * 5000 + "}"),
     }
     expected = {
         "not json": "not valid JSON",
@@ -62,20 +65,18 @@ async def test_bad_calls_answered_with_readable_tool_messages(runtime):
         "extra": "unexpected argument `z`",
         "not an object": "must be a JSON object",
         "lone surrogate": "not valid JSON (a lone surrogate \\udc80 in a string)",
+        "too deep": "not valid JSON (nested too deeply)",
+        "too long an integer": "not valid JSON (an integer of more than 4300 digits)",
     }
-    runtime.task_cls.max_turns = 100
-    try:
-        for key, (name, args) in cases.items():
-            out = await ep.step([call(name, args)])
-            assert not out.finish
-            assert out.messages[0]["role"] == "tool" and out.messages[0]["tool_call_id"] == "c1"
-            assert out.messages[0]["content"].startswith("Error:") and expected[key] in out.messages[0]["content"], key
-        assert out.metric["tool_errors"] == len(cases)
-        out = await ep.step([call("add", '{"x": 2, "y": 5}')])
-        assert out.messages[0]["content"] == "7"
-        assert ep.task.last_thread != threading.main_thread().name  # sync tools run off the loop
-    finally:
-        runtime.task_cls.max_turns = 8
+    for key, (name, args) in cases.items():
+        out = await ep.step([call(name, args)])
+        assert not out.finish
+        assert out.messages[0]["role"] == "tool" and out.messages[0]["tool_call_id"] == "c1"
+        assert out.messages[0]["content"].startswith("Error:") and expected[key] in out.messages[0]["content"], key
+    assert out.metric["tool_errors"] == len(cases)
+    out = await ep.step([call("add", '{"x": 2, "y": 5}')])
+    assert out.messages[0]["content"] == "7"
+    assert ep.task.last_thread != threading.main_thread().name  # sync tools run off the loop
 
 
 async def test_no_tool_call_gets_a_user_message_and_counts_a_turn(runtime):

@@ -139,7 +139,7 @@ def _native_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             for c in m.tool_calls:
                 try:
                     args: Any = json.loads(c.function.arguments)
-                except ValueError:
+                except (ValueError, RecursionError):  # kept as the model wrote it
                     args = c.function.arguments
                 calls.append({"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": args}})
             d["tool_calls"] = calls

@@ -141,6 +141,15 @@ def test_render_prompt_passes_tools_to_a_template_that_supports_them() -> None:
     assert text == "T:execute_sql;user:hi;assistant:;"
 
 
+@pytest.mark.parametrize("arguments", ["{x: 1", '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", '{"x": ' + "9" * 5000 + "}"])
+def test_a_template_with_tools_gets_arguments_that_do_not_decode_as_the_model_wrote_them(arguments: str) -> None:
+    # (the episode answered these as tool errors; the next prompt must still render)
+    template = "{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.arguments|length }}{% endfor %}{% endfor %}"
+    template += "{% if tools %}{% endif %}"  # a template that takes tools
+    history = [Message(role="user", content="hi"), Message(role="assistant", tool_calls=[call("execute_sql", arguments)])]
+    assert render_prompt(JinjaTokenizer(template), history, [QUERY_TOOL]) == str(len(arguments))
+
+
 # --------------------------------------------------------------------------- parsing: tagged blocks
 
 
