@@ -18,6 +18,7 @@ prompt, the bare problem as user message) and ``"max_turns": 3``: a session's ro
 from __future__ import annotations
 
 import asyncio
+import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Literal
@@ -206,8 +207,12 @@ class OSTask(Task):
                 )
                 return "The answer could not be judged."
         else:
-            if "\x00" in answer:  # the check receives the answer as an argument, which cannot hold one
+            # The check receives the answer as an argument (argv), which holds no NUL and at most
+            # MAX_ARG_STRLEN bytes: a longer one raised E2BIG (probed), ending the episode `task error`.
+            if "\x00" in answer:
                 raise ToolCallError("the answer contains a NUL character (\\u0000), which the task's check cannot receive")
+            if len(answer.encode()) >= MAX_ARG_BYTES:
+                raise ToolCallError(f"the answer is longer than the task's check can receive ({MAX_ARG_BYTES - 1:,} bytes)")
             assert self.box is not None
             box = self.box
 
@@ -221,6 +226,10 @@ class OSTask(Task):
                 return "The OS environment stopped."
         self.finish(1.0 if ok else 0.0, result=ok)
         return "Your answer has been recorded."
+
+
+#: Linux's MAX_ARG_STRLEN: the longest single argument of an exec, its NUL included (32 pages)
+MAX_ARG_BYTES = 32 * os.sysconf("SC_PAGE_SIZE")
 
 
 def _sh_quote(text: str) -> str:

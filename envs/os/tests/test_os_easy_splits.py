@@ -71,10 +71,10 @@ async def test_easy_session_prompt_limit_and_wrong_answers(rootfs) -> None:
         await runtime.close()
 
 
-async def test_a_nul_in_the_answer_or_a_lone_surrogate_is_the_models_error_not_a_task_error(rootfs) -> None:
-    """Both reach the task through JSON escapes the tool-call grammar allows ("\\u0000", "\\udc80");
-    they ended the episode ``task error`` (an infrastructure failure, replayed and dropped) when the
-    check's argv refused the NUL and bash's UTF-8 the surrogate: now a tool error the model reads."""
+async def test_answers_the_check_cannot_receive_and_a_lone_surrogate_are_the_models_errors(rootfs) -> None:
+    """A NUL ("\\u0000", an escape the tool-call grammar allows), an answer past one argument's
+    length (the check's argv) and a lone surrogate ("\\udc80", bash's UTF-8) each ended the
+    episode ``task error`` (an infrastructure failure, replayed and dropped): now tool errors."""
     runtime = TaskRuntime(get_task("os"), split="easy-test", config={"rootfs": str(rootfs)})
     await runtime.open()
     try:
@@ -87,10 +87,15 @@ async def test_a_nul_in_the_answer_or_a_lone_surrogate_is_the_models_error_not_a
             out.messages[0]["content"]
             == "Error: the answer contains a NUL character (\\u0000), which the task's check cannot receive"
         )
-        out = await episode.step([_call("bash_action", script="echo \udc80")])
-        assert not out.finish and "not valid JSON (a lone surrogate \\udc80 in a string)" in out.messages[0]["content"]
+        out = await episode.step([_call("answer_action", answer="4" * 200_000)])
+        assert not out.finish and "longer than the task's check can receive (131,071 bytes)" in out.messages[0]["content"]
         assert out.metric["tool_errors"] == 2
         out = await episode.step([_call("finish_action", thought="done")])  # the round limit's last: judged
         assert out.finish and out.status.value == "completed" and out.reward == 0.0
+
+        episode = runtime.episode(check)
+        await episode.start()
+        out = await episode.step([_call("bash_action", script="echo \udc80")])
+        assert not out.finish and "not valid JSON (a lone surrogate \\udc80 in a string)" in out.messages[0]["content"]
     finally:
         await runtime.close()
