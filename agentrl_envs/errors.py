@@ -8,6 +8,7 @@ AgentRLEnvsError
 ├── TaskError                  the task itself failed (bug, broken data); status "task error"
 │   ├── DataError              a split or data file is missing or malformed
 │   └── SandboxError           a sandbox could not start or died (sandbox.base)
+│       └── SandboxStoppedError  what ran in it stopped it (its shell exited, was killed, hung)
 ├── InfrastructureError        the transport failed; retried or dropped, never scored 0
 │   ├── CapacityError          the worker is full (HTTP 406), carries active/max sessions
 │   ├── NoWorkerError          no live worker serves the task (HTTP 503)

@@ -6,6 +6,6 @@ a read-only Debian root filesystem built by :mod:`.rootfs`) and Docker (:mod:`.d
 
 from __future__ import annotations
 
-from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxLimits
+from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxLimits, SandboxStoppedError
 
-__all__ = ["CommandResult", "Sandbox", "SandboxBackend", "SandboxError", "SandboxLimits"]
+__all__ = ["CommandResult", "Sandbox", "SandboxBackend", "SandboxError", "SandboxLimits", "SandboxStoppedError"]

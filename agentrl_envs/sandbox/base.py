@@ -28,10 +28,18 @@ from ..errors import TaskError
 
 
 class SandboxError(TaskError, RuntimeError):
-    """The sandbox could not start, or died (killed for memory, closed): not the command's fault.
+    """The sandbox could not start, was closed, or its engine failed: not the commands' fault.
     (Still a ``RuntimeError`` for callers that caught it as one.)"""
 
     code = "sandbox_error"
+
+
+class SandboxStoppedError(SandboxError):
+    """What ran in the session stopped it: its shell exited (``exit``, ``exec``, ``set -e``, a kill
+    of ``$$``), was killed for memory, or no longer answered after its command was interrupted.
+    A task decides whose fault that is (the OS task: the model's, as AgentBench scores it)."""
+
+    code = "sandbox_stopped"
 
 
 @dataclass(frozen=True)

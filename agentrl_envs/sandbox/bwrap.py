@@ -59,7 +59,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxLimits
+from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxLimits, SandboxStoppedError
 from .bwrap_host import (
     LAUNCH,
     PATH,
@@ -190,6 +190,7 @@ class BubblewrapSandbox(Sandbox):
         self.proc: asyncio.subprocess.Process | None = None
         self.init_pid: int | None = None
         self.closed = False
+        self._stuck = False  # closed because its shell no longer answered (see _interrupt)
         self._buf = b""
         self._lock = asyncio.Lock()
 
@@ -275,7 +276,7 @@ class BubblewrapSandbox(Sandbox):
                 proc.stdin.write(line.encode())
                 await proc.stdin.drain()
             except (BrokenPipeError, ConnectionResetError):
-                raise SandboxError(self._death_reason()) from None
+                raise self._gone() from None
             try:
                 out, code = await asyncio.wait_for(self._read_until(marker), timeout)
                 return CommandResult(code, out, False)
@@ -303,8 +304,10 @@ class BubblewrapSandbox(Sandbox):
                     text = out.decode("utf-8", "replace")
                     return text, int(code_txt) if code_txt.isdigit() else None
             chunk = await proc.stdout.read(_READ)
-            if not chunk:
-                raise SandboxError(self._death_reason())
+            if not chunk:  # the shell's output closed: it exited (its status, once reaped, says how)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 1)
+                raise self._gone()
             self._buf += chunk
 
     def _take_buffer(self) -> str:
@@ -334,6 +337,7 @@ class BubblewrapSandbox(Sandbox):
                 self._kill_all_but_shell()
             except SandboxError:
                 return None
+        self._stuck = True
         await self.close()
         return None
 
@@ -352,15 +356,19 @@ class BubblewrapSandbox(Sandbox):
 
     def _alive(self) -> asyncio.subprocess.Process:
         if self.closed or self.proc is None or self.proc.returncode is not None:
-            raise SandboxError(self._death_reason())
+            raise self._gone()
         return self.proc
 
-    def _death_reason(self) -> str:
+    def _gone(self) -> SandboxError:
+        """The error for a call on a session that no longer runs."""
+        if self._stuck:
+            return SandboxStoppedError("the sandbox's shell did not answer after its command was interrupted; it was stopped")
         if self.closed:
-            return "the sandbox is closed"
+            return SandboxError("the sandbox is closed")
         if self.cgroup and self.cgroup.oom_killed():
-            return f"the sandbox was killed: out of memory (limit {self.limits.memory_mb} MiB)"
-        return "the sandbox's shell exited"
+            return SandboxStoppedError(f"the sandbox was killed: out of memory (limit {self.limits.memory_mb} MiB)")
+        code = self.proc.returncode if self.proc else None
+        return SandboxStoppedError("the sandbox's shell exited" + (f" (status {code})" if code is not None else ""))
 
     async def exec(
         self, script: str, timeout: float | None = None, *, stdin: str | None = None, args: Sequence[str] = ()

@@ -48,7 +48,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxLimits
+from .base import CommandResult, Sandbox, SandboxBackend, SandboxError, SandboxLimits, SandboxStoppedError
 from .owner import pid_namespace as _pidns
 from .owner import process_alive, process_start_time
 
@@ -189,8 +189,10 @@ class DockerSandbox(Sandbox):
                 buf[_KEEP:_KEEP] = b"\n[... output cut ...]\n"
 
     async def shell(self, script: str, timeout: float | None = None) -> CommandResult:
-        if self._closed or self._dead or self._proc.eof:
-            raise SandboxError("the session's shell is gone (closed, exited or killed)")
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        if self._dead or self._proc.eof:
+            raise SandboxStoppedError("the session's shell is gone (it exited, was killed or stopped answering)")
         timeout = self._backend.limits.command_timeout_s if timeout is None else timeout
         marker = f"__agentrl_done_{secrets.token_hex(8)}__".encode()
         b64 = base64.b64encode(script.encode()).decode()
@@ -199,7 +201,7 @@ class DockerSandbox(Sandbox):
             await self._proc.write(line.encode())
         except (BrokenPipeError, ConnectionError) as e:
             self._dead = True
-            raise SandboxError(f"the session's shell is gone: {e}") from None
+            raise SandboxError(f"the session's shell is gone: {e}") from None  # its stream broke: the engine's
         out, tail = await self._read_until(marker, time.monotonic() + timeout)
         if tail is not None:
             return CommandResult(int(tail), out.decode(errors="replace"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from docker_helpers import require_docker
 
-from agentrl_envs.sandbox import SandboxError, SandboxLimits
+from agentrl_envs.sandbox import SandboxError, SandboxLimits, SandboxStoppedError
 from agentrl_envs.sandbox.docker import LABEL, PID_LABEL, PIDNS_LABEL, DockerBackend, _pidns
 
 pytestmark = pytest.mark.docker
@@ -121,10 +121,13 @@ async def test_close_removes_the_container_and_a_dead_shell_raises(backend):
     sb = await backend.create()
     cid = sb.container_id
     await sb.shell("exit 0")
-    with pytest.raises(SandboxError):
+    with pytest.raises(SandboxStoppedError):  # its command stopped it (the OS task: the model's failure)
         await sb.shell("echo hi")
     await sb.close()
     await sb.close()  # idempotent
+    with pytest.raises(SandboxError, match="the sandbox is closed") as closed:
+        await sb.shell("echo hi")
+    assert type(closed.value) is SandboxError
     assert cid not in {c["Id"] for c in be_containers(backend)}
 
 

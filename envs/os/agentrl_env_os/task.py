@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from agentrl_envs.errors import DataError, ToolCallError
 from agentrl_envs.protocol.agentrl import SampleStatus
-from agentrl_envs.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxLimits
+from agentrl_envs.sandbox import Sandbox, SandboxBackend, SandboxError, SandboxLimits, SandboxStoppedError
 from agentrl_envs.task import Task, TaskConfig, tool
 
 from .prompts import NO_TOOL_CALL, opening_prompts, os_output
@@ -163,6 +163,8 @@ class OSTask(Task):
         assert self.box is not None
         try:
             r = await self.box.shell(script)
+        except SandboxStoppedError as e:
+            return self._stopped_by_model(e)
         except SandboxError as e:
             self.finish(0.0, status=SampleStatus.TASK_ERROR, error=f"sandbox: {e}")
             return f"The OS environment stopped: {e}"
@@ -188,6 +190,14 @@ class OSTask(Task):
             answer: The answer to the question.
         """
         return await self._judge(answer)
+
+    def _stopped_by_model(self, e: SandboxStoppedError) -> str:
+        """The model's commands stopped the session (``exit``, ``exec``, ``set -e``, a shell that
+        hung past its interrupt): a failed episode, as AgentBench scores one whose shell is gone
+        (its sample ends with result False, counted wrong), never a task error that would drop it
+        from training and from the figures."""
+        self.finish(0.0, status=SampleStatus.AGENT_INVALID_ACTION, error=f"sandbox: {e}")
+        return f"The OS environment stopped: {e}"
 
     async def _judge(self, answer: str) -> str:
         s = self.sample
@@ -221,6 +231,8 @@ class OSTask(Task):
 
             try:
                 ok, _ = await evaluate_check(answer, s["check"], s.get("example"), run)
+            except SandboxStoppedError as e:
+                return self._stopped_by_model(e)
             except SandboxError as e:
                 self.finish(0.0, status=SampleStatus.TASK_ERROR, error=f"sandbox: {e}")
                 return "The OS environment stopped."

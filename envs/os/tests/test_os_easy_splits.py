@@ -99,3 +99,21 @@ async def test_answers_the_check_cannot_receive_and_a_lone_surrogate_are_the_mod
         assert not out.finish and "not valid JSON (a lone surrogate \\udc80 in a string)" in out.messages[0]["content"]
     finally:
         await runtime.close()
+
+
+@pytest.mark.parametrize("script", ["echo done; exit 0", "set -e; false", "exec sh"])
+async def test_a_command_that_ends_the_shell_fails_the_episode_not_the_task(rootfs, script: str) -> None:
+    """`exit` closing a script (common in models' bash), `set -e`, `exec`: the session's shell is
+    gone. AgentBench then counts the sample wrong; this ended it `task error` (dropped from
+    training and from the figures). Now the model's failure: `agent invalid action`, reward 0."""
+    runtime = TaskRuntime(get_task("os"), split="easy-test", config={"rootfs": str(rootfs)})
+    await runtime.open()
+    try:
+        episode = runtime.episode(0)
+        await episode.start()
+        out = await episode.step([_call("bash_action", script=script)])
+        assert out.finish and out.status.value == "agent invalid action" and out.reward == 0.0
+        assert out.messages[0]["content"].startswith("The OS environment stopped: the sandbox's shell exited")
+        assert out.metric["error"].startswith("sandbox: the sandbox's shell exited")
+    finally:
+        await runtime.close()

@@ -7,6 +7,9 @@ import statistics
 import sys
 import time
 
+import pytest
+
+from agentrl_envs.sandbox import SandboxError, SandboxStoppedError
 from agentrl_envs.sandbox.bwrap import BubblewrapBackend
 
 
@@ -46,6 +49,28 @@ async def test_timeout_interrupts_and_keeps_the_shell(backend: BubblewrapBackend
         assert (await box.shell("ps -eo args | grep -c '^sleep 300'")).output == "0\n"
         r = await box.exec("sleep 30", timeout=0.5)
         assert r.timed_out
+
+
+async def test_a_shell_its_commands_stopped_raises_stopped_and_a_closed_one_plain(backend: BubblewrapBackend):
+    """What ran in the session stopped it (SandboxStoppedError, the OS task scores it as the
+    model's failure); a session the task closed is a plain SandboxError."""
+    for script, why in (("cd /tmp; exit 3", "the sandbox's shell exited (status 3)"), ("set -e; false", "exited (status 1)")):
+        box = await backend.create()
+        with pytest.raises(SandboxStoppedError, match=rf"{why.replace('(', '[(]').replace(')', '[)]')}"):
+            await box.shell(script)
+        with pytest.raises(SandboxStoppedError):  # and every later call
+            await box.shell("echo hi")
+        await box.close()
+    box = await backend.create()
+    r = await box.shell("kill -STOP $$", timeout=0.5)  # the shell itself stopped: the interrupt cannot reach it
+    assert r.timed_out
+    with pytest.raises(SandboxStoppedError, match="did not answer after its command was interrupted"):
+        await box.shell("echo hi")
+    box = await backend.create()
+    await box.close()
+    with pytest.raises(SandboxError, match="the sandbox is closed") as e:
+        await box.shell("echo hi")
+    assert type(e.value) is SandboxError
 
 
 async def test_latencies(backend: BubblewrapBackend):
