@@ -34,9 +34,12 @@ and returns *notes*: what it reports without failing.
     ``parameters`` is an object schema valid under JSON Schema Draft 2020-12 (needs
     ``jsonschema``: ``pip install 'agentrl-envs[test]'``).
 ``bad_calls``
-    In one session: an unknown tool, invalid JSON arguments, a missing required argument and a
-    message without a tool call each come back as a tool (or user) message, not an exception
-    nor the end of the episode, and each counts as a round.
+    An unknown tool, invalid JSON arguments, arguments ``json.loads`` fails on with other errors
+    (nested too deeply, an integer of 5,000 digits; and a lone surrogate escape: see
+    :data:`~.rounds.HOSTILE_ARGUMENTS`), a missing required argument and a message without a tool
+    call each come back as a tool (or user) message, not an exception, and each counts as a
+    round; a round that ends the episode instead must end it with a status that puts the mistake
+    on the model (a note; the next mistake plays on a new episode), never ``task error``.
 ``turn_limit``
     A session whose every message calls no tool ends ``task limit reached`` (reward 0) after
     exactly its round limit. A limit above :data:`MAX_PLAYED_TURNS` (echo's is 1,000,000) is

@@ -1,8 +1,10 @@
 """What the in-process checks and the wire checks share: the skip, the message without a tool
-call, the split a check defaults to, and how a long text is shortened into a message."""
+call, the statuses a model's round may end an episode with, the split a check defaults to, and
+how a long text is shortened into a message."""
 
 from __future__ import annotations
 
+from ..protocol.agentrl import SampleStatus
 from ..task import Task
 
 #: The turn-limit check plays at most this many rounds; a longer limit is lowered to 3 for it.
@@ -10,6 +12,16 @@ MAX_PLAYED_TURNS = 20
 LOWERED_LIMIT = 3
 #: The assistant message of a round without a tool call.
 NO_CALL = {"role": "assistant", "content": "I will not call a tool this time."}
+#: How a round may end an episode when the model made a mistake or played on: statuses of
+#: AgentRL's protocol that put the outcome on the model. ``task error``, ``cancelled`` and
+#: ``unknown`` say the task or the infrastructure failed, which a model's round never is.
+MODEL_ENDS = (
+    SampleStatus.COMPLETED.value,
+    SampleStatus.AGENT_VALIDATION_FAILED.value,
+    SampleStatus.AGENT_INVALID_ACTION.value,
+    SampleStatus.AGENT_CONTEXT_LIMIT.value,
+    SampleStatus.TASK_LIMIT_REACHED.value,
+)
 
 
 class ConformanceSkip(Exception):

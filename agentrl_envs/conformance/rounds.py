@@ -10,7 +10,7 @@ from ..episode import TaskRuntime
 from ..errors import SessionFinishedError
 from ..protocol.agentrl import SampleStatus
 from ..task import Task
-from .common import LOWERED_LIMIT, MAX_PLAYED_TURNS, NO_CALL, ConformanceSkip, split_of, task_label
+from .common import LOWERED_LIMIT, MAX_PLAYED_TURNS, MODEL_ENDS, NO_CALL, ConformanceSkip, split_of, task_label
 from .sessions import ended, episode_of, open_runtime, start
 from .tools import first_session_tools, has_session_tools
 
@@ -29,10 +29,22 @@ def _call_message(call_id: str, name: str, arguments: str) -> dict[str, Any]:
 BadCall = tuple[str, dict[str, Any], str, str | None]
 
 
+#: Arguments that ``json.loads`` does not reject with ``JSONDecodeError`` but a model can write
+#: (one looping on a token): nesting past Python's recursion limit (``RecursionError``), an integer
+#: past ``sys.get_int_max_str_digits()`` (4,300: ``ValueError``), a lone surrogate escape (decoded
+#: into a string that UTF-8 and orjson cannot encode). A task that catches only ``JSONDecodeError``
+#: (or ``ValueError``) around ``json.loads`` ends such an episode ``task error``.
+HOSTILE_ARGUMENTS: tuple[tuple[str, str], ...] = (
+    ("arguments nested too deeply", '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    ("an integer of 5,000 digits", '{"x": ' + "1" * 5_000 + "}"),
+    ("a lone surrogate escape in a string", '{"x": "\\udc80"}'),
+)
+
+
 def bad_call_cases(tools: list[dict[str, Any]]) -> tuple[list[BadCall], list[str]]:
     """The model mistakes the ``bad_calls`` check sends, for these tools, and notes on the cases
-    that do not apply: an unknown tool, invalid JSON arguments, a missing required argument (if
-    a tool has one) and a message without a tool call."""
+    that do not apply: an unknown tool, invalid JSON arguments, the :data:`HOSTILE_ARGUMENTS`, a
+    missing required argument (if a tool has one) and a message without a tool call."""
     first = tools[0]["function"]["name"]
     with_required = next((t["function"] for t in tools if t["function"].get("parameters", {}).get("required")), None)
     notes: list[str] = []
@@ -40,6 +52,10 @@ def bad_call_cases(tools: list[dict[str, Any]]) -> tuple[list[BadCall], list[str
         ("an unknown tool", _call_message("c_unknown", _UNKNOWN_TOOL, "{}"), "tool", _UNKNOWN_TOOL),
         ("invalid JSON arguments", _call_message("c_json", first, '{"oops": '), "tool", "JSON"),
     ]
+    # what these test is that the episode goes on; how the answer words it is the task's (BFCL's
+    # harness names the exception it caught)
+    for i, (what, arguments) in enumerate(HOSTILE_ARGUMENTS):
+        cases.append((what, _call_message(f"c_hostile{i}", first, arguments), "tool", None))
     if with_required is not None:
         arg = with_required["parameters"]["required"][0]
         cases.append(("a missing required argument", _call_message("c_missing", with_required["name"], "{}"), "tool", arg))
@@ -50,7 +66,10 @@ def bad_call_cases(tools: list[dict[str, Any]]) -> tuple[list[BadCall], list[str
 
 
 def check_bad_calls(task_cls: type[Task], split: str | None = None, *, config: dict[str, Any] | None = None) -> list[str]:
-    """Model mistakes are answered with a tool/user message, the round counts, the episode goes on."""
+    """Model mistakes are answered with a tool/user message, the round counts, the episode goes
+    on; or the round ends the episode with a status of :data:`~.common.MODEL_ENDS` (a note; BFCL's
+    harness ends a user turn on calls it cannot decode, and its last turn the entry), and the next
+    mistake plays on a new episode. Never an exception or ``task error``."""
     split = split_of(task_cls, split)
     return asyncio.run(_bad_calls(task_cls, split, config))
 
@@ -64,47 +83,65 @@ async def _bad_calls(task_cls: type[Task], split: str | None, config: dict[str, 
     async with open_runtime(task_cls, split, config) as runtime:
         assert runtime.indices, f"{who}: expected samples, got none"
         limit = task_cls.resolve_turn_limit(runtime.sample(0), runtime.config)
-        episode = episode_of(runtime, 0, max_turns=len(cases) + 1 if limit <= len(cases) else None)
-        if episode.task.turn_limit <= len(cases):
-            raise ConformanceSkip(f"{who}: the round limit {episode.task.turn_limit} is too short for {len(cases)} bad calls")
-        try:
-            await start(episode, who)
-            errors_before = 0
-            for turn, (what, message, role, mention) in enumerate(cases, start=1):
-                where = f"{who}, sample 0, round {turn} ({what})"
-                try:
-                    out = await episode.step([message])
-                except Exception as e:
-                    raise AssertionError(f"{where}: expected a {role} message back, got {type(e).__name__}: {e}") from e
-                assert not out.finish, f"{where}: expected the episode to go on, got it ended ({ended(out)})"
-                # One message back; a task that follows another harness's turn rules (BFCL ends a
-                # user turn on an undecodable or text reply) may follow it with the next user turn.
-                extra = out.messages[1:]
-                assert out.messages and all(m.get("role") == "user" for m in extra), (
-                    f"{where}: expected one {role} message back (then at most user messages), got {out.messages!r}"
-                )
-                answer = out.messages[0]
-                assert answer.get("role") == role, f"{where}: expected a {role} message back, got {answer!r}"
-                content = answer.get("content")
-                assert isinstance(content, str) and content.strip(), f"{where}: expected a readable text, got {content!r}"
-                if role == "tool":
-                    call_id = message["tool_calls"][0]["id"]
-                    assert answer.get("tool_call_id") == call_id, (
-                        f"{where}: expected the answer to carry tool_call_id {call_id!r}, got {answer.get('tool_call_id')!r}"
-                    )
-                    errors = out.metric.get("tool_errors")
-                    assert errors == errors_before + 1, (
-                        f"{where}: expected the tool_errors metric to grow to {errors_before + 1}, got {errors}"
-                    )
-                    errors_before = errors
-                if mention is not None:
-                    assert mention in content, f"{where}: expected the answer to mention {mention!r}, got {content!r}"
-                assert out.metric.get("turns") == turn, (
-                    f"{where}: expected the round to count (turns = {turn}), got turns = {out.metric.get('turns')!r}"
-                )
-        finally:
-            await episode.close()
+        max_turns = len(cases) + 1 if limit <= len(cases) else None
+        done = 0
+        while done < len(cases):
+            episode = episode_of(runtime, 0, max_turns=max_turns)
+            if episode.task.turn_limit <= len(cases):
+                raise ConformanceSkip(f"{who}: the round limit {episode.task.turn_limit} is too short for {len(cases)} bad calls")
+            try:
+                await start(episode, who)
+                errors_before = 0
+                for turn, (what, message, role, mention) in enumerate(cases[done:], start=1):
+                    done += 1
+                    where = f"{who}, sample 0, round {turn} ({what})"
+                    try:
+                        out = await episode.step([message])
+                    except Exception as e:
+                        raise AssertionError(f"{where}: expected a {role} message back, got {type(e).__name__}: {e}") from e
+                    if out.finish:
+                        assert out.status.value in MODEL_ENDS, (
+                            f"{where}: expected the episode to go on, or to end with a status that puts the mistake on the"
+                            f" model ({', '.join(map(repr, MODEL_ENDS))}), got it ended ({ended(out)})"
+                        )
+                        notes.append(f"{what}: the episode ends ({ended(out)}); the next case plays on a new episode")
+                        break
+                    errors_before = _answered(out, message, role, mention, turn, errors_before, where)
+            finally:
+                await episode.close()
     return notes
+
+
+def _answered(
+    out: Any, message: dict[str, Any], role: str, mention: str | None, turn: int, errors_before: int, where: str
+) -> int:
+    """Check one answered bad call of an episode that goes on; the ``tool_errors`` count after it."""
+    # One message back; a task that follows another harness's turn rules (BFCL ends a user turn
+    # on an undecodable or text reply) may follow it with the next user turn.
+    extra = out.messages[1:]
+    assert out.messages and all(m.get("role") == "user" for m in extra), (
+        f"{where}: expected one {role} message back (then at most user messages), got {out.messages!r}"
+    )
+    answer = out.messages[0]
+    assert answer.get("role") == role, f"{where}: expected a {role} message back, got {answer!r}"
+    content = answer.get("content")
+    assert isinstance(content, str) and content.strip(), f"{where}: expected a readable text, got {content!r}"
+    if role == "tool":
+        call_id = message["tool_calls"][0]["id"]
+        assert answer.get("tool_call_id") == call_id, (
+            f"{where}: expected the answer to carry tool_call_id {call_id!r}, got {answer.get('tool_call_id')!r}"
+        )
+        errors = out.metric.get("tool_errors")
+        assert errors == errors_before + 1, (
+            f"{where}: expected the tool_errors metric to grow to {errors_before + 1}, got {errors}"
+        )
+        errors_before = errors
+    if mention is not None:
+        assert mention in content, f"{where}: expected the answer to mention {mention!r}, got {content!r}"
+    assert out.metric.get("turns") == turn, (
+        f"{where}: expected the round to count (turns = {turn}), got turns = {out.metric.get('turns')!r}"
+    )
+    return errors_before
 
 
 # --------------------------------------------------------------------------- round limit

@@ -15,7 +15,10 @@ descriptions and the worker offers no reference solutions, as in the example.
   catch ``AgentCancelledException``; AgentRL's worker then never releases a cancelled session
   (its cancel fails inside and the session stays in its map);
 * ``answers-ended``: the worker answers a step of a session its task has ended with 200 (the
-  session's last answer again) instead of refusing it.
+  session's last answer again) instead of refusing it;
+* ``reads-value-errors``: the task catches only ``ValueError`` (``json.loads``' documented errors)
+  around the arguments, so arguments nested past Python's recursion limit raise
+  ``RecursionError`` out of the task and end the episode ``task error`` for the model's mistake.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ TOOLS = [
 
 
 class CalcTask(Task):
+    #: What a call's arguments that cannot be read raise (read as no arguments).
+    unreadable: tuple[type[Exception], ...] = (ValueError, RecursionError)
+
     def __init__(self, name: str, samples: int, full_async: bool = True) -> None:
         super().__init__(name=name, concurrency=3, tools=TOOLS, full_async=full_async)
         self.samples = [{"a": i, "b": 2 * i, "op": "+" if i % 2 else "-"} for i in range(1, samples + 1)]
@@ -69,7 +75,7 @@ class CalcTask(Task):
         name = call.get("function", {}).get("name")
         try:
             args = json.loads(call.get("function", {}).get("arguments") or "{}")
-        except ValueError:
+        except self.unreadable:
             args = {}
         if name == "submit":
             right = sample["a"] + sample["b"] if sample["op"] == "+" else sample["a"] - sample["b"]
@@ -121,6 +127,12 @@ class KeepsCancelled(CalcTask):
         return TaskSampleExecutionResult(status=SampleStatus.TASK_LIMIT_REACHED)
 
 
+class ReadsValueErrors(CalcTask):
+    """The same task catching only ``ValueError`` around the arguments."""
+
+    unreadable = (ValueError,)
+
+
 class AnswersEnded(TaskWorker):
     """A worker that keeps each ended session's last answer and sends it again, 200, to a later step."""
 
@@ -143,9 +155,10 @@ def main() -> None:
     p.add_argument("port", type=int)
     p.add_argument("--name", default="agentrl-calc")
     p.add_argument("--samples", type=int, default=4)
-    p.add_argument("--broken", choices=["keeps-cancelled", "answers-ended"])
+    p.add_argument("--broken", choices=["keeps-cancelled", "answers-ended", "reads-value-errors"])
     a = p.parse_args()
-    task = KeepsCancelled(a.name, a.samples) if a.broken == "keeps-cancelled" else CalcTask(a.name, a.samples)
+    task_cls = {"keeps-cancelled": KeepsCancelled, "reads-value-errors": ReadsValueErrors}.get(a.broken, CalcTask)
+    task = task_cls(a.name, a.samples)
     worker_cls = AnswersEnded if a.broken == "answers-ended" else TaskWorker
     worker = worker_cls(task, controller_address=a.controller, self_address=f"http://127.0.0.1:{a.port}/api", heart_rate=1)
     worker.run("127.0.0.1", a.port)

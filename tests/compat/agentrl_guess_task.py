@@ -68,7 +68,7 @@ class GuessTask(Task):
                 for call in calls:
                     try:
                         n = json.loads(call["function"]["arguments"]).get("n")
-                    except (ValueError, AttributeError):
+                    except (ValueError, RecursionError, AttributeError):
                         n = None
                     if n == index + 3:
                         session.inject({"role": "tool", "tool_call_id": call["id"], "content": "right"})

@@ -114,6 +114,19 @@ BROKEN: dict[str, tuple[str, str, list[str], WireOptions, list[str] | None, str,
         "idle_expiry",
         ["to drop session", "idle for its own idle timeout (1 s), within 4 s; got it still in get_sessions"],
     ),
+    "a task that reads its arguments catching only ValueError": (
+        "agentrl_calc_task.py",
+        "agentrl-calc",
+        ["--broken", "reads-value-errors"],
+        OPTIONS,
+        ["bad_calls"],
+        "bad_calls",
+        [
+            "round 3 (arguments nested too deeply): expected the episode to go on, or to end with a status that puts"
+            " the mistake on the model",
+            "got it ended (status 'task error'",
+        ],
+    ),
     "a worker that answers a step of an ended session with 200": (
         "agentrl_calc_task.py",
         "agentrl-calc",

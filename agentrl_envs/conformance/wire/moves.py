@@ -18,20 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ...protocol.agentrl import SampleStatus
 from ..common import NO_CALL, shorten
 from .target import Answer, WireTarget
-
-#: How a round may end an episode when the model made a mistake or played on: statuses of
-#: AgentRL's protocol that put the outcome on the model. ``task error``, ``cancelled`` and
-#: ``unknown`` say the task or the infrastructure failed, which a model's round never is.
-MODEL_ENDS = (
-    SampleStatus.COMPLETED.value,
-    SampleStatus.AGENT_VALIDATION_FAILED.value,
-    SampleStatus.AGENT_INVALID_ACTION.value,
-    SampleStatus.AGENT_CONTEXT_LIMIT.value,
-    SampleStatus.TASK_LIMIT_REACHED.value,
-)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ What they hold a worker to is what AgentRL's protocol and OpenAI's chat format p
 model's mistake is never the worker's error (no HTTP error, no ``task error``); a round either
 goes on (status ``running``; a tool call answered by a tool message with its ``tool_call_id``,
 as a chat must be before the model's next turn) or ends the episode with a status that puts the
-outcome on the model (:data:`~.moves.MODEL_ENDS`). How an answer is worded (naming the unknown
+outcome on the model (:data:`~agentrl_envs.conformance.common.MODEL_ENDS`). How an answer is worded (naming the unknown
 tool, saying ``JSON``) is advice: a note, not a failure.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...protocol.agentrl import SampleStatus
-from ..common import ConformanceSkip, shorten
+from ..common import MODEL_ENDS, ConformanceSkip, shorten
 from ..rounds import bad_call_cases
-from .moves import MODEL_ENDS, NO_CALL_MOVE, Move, ended, env_out, keep_open
+from .moves import NO_CALL_MOVE, Move, ended, env_out, keep_open
 from .options import WireOptions
 from .target import WireTarget
 
@@ -62,7 +62,7 @@ def goes_on(body: dict[str, Any], message: dict[str, Any], where: str) -> dict[s
 def check_bad_calls(t: WireTarget, o: WireOptions) -> list[str]:
     """Model mistakes (an unknown tool, invalid JSON arguments, a missing required argument, no
     tool call) are each a round that goes on (see :func:`goes_on`) or ends the episode with a
-    status of :data:`~.moves.MODEL_ENDS`, never an HTTP error or ``task error``; where the worker
+    status of :data:`~agentrl_envs.conformance.common.MODEL_ENDS`, never an HTTP error or ``task error``; where the worker
     reports them, ``metrics.turns`` counts the round and ``metrics.tool_errors`` grows. After a
     round that ended the episode (a note) the next mistake plays on a fresh session. Notes
     (advice): an answer with no readable text, or one that does not say what was wrong."""
