@@ -21,7 +21,7 @@ import pytest
 from agentrl_env_db.backends.mysql import MySQLBackend, ServerAddress, owner_lock, owner_of
 from db_helpers import call, require_mysql
 
-from agentrl_envs.stack import free_port
+from agentrl_envs.stack import listening_socket
 
 pytestmark = pytest.mark.mariadb
 
@@ -30,12 +30,15 @@ class Worker:
     """One ``agentrl-envs worker db --option backend=mysql`` process on 127.0.0.1."""
 
     def __init__(self, url: str, reap_interval_s: float) -> None:
-        self.port = free_port()
+        listen = listening_socket()  # the worker inherits it (--fd): no port changes hands
+        self.port = listen.getsockname()[1]
         self.base = f"http://127.0.0.1:{self.port}"
         options = {"backend": "mysql", "mysql_url": url, "reap_interval_s": reap_interval_s}
         argv = [sys.executable, "-m", "agentrl_envs.cli", "worker", "db", "--port", str(self.port), "--log-level", "warning"]
         argv += [a for k, v in options.items() for a in ("--option", f"{k}={v}")]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        argv += ["--fd", str(listen.fileno())]
+        with listen:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(listen.fileno(),))
         self.http = httpx.AsyncClient(timeout=30)
 
     async def started(self) -> Worker:

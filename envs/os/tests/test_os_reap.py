@@ -21,7 +21,7 @@ from os_helpers import require_sandbox, sandbox_processes
 from agentrl_envs.sandbox.base import SandboxLimits
 from agentrl_envs.sandbox.bwrap_host import reap_stale_sessions
 from agentrl_envs.sandbox.cgroups import SessionCgroup, cgroup_parents
-from agentrl_envs.stack import ManagedProcess, free_port, worker_args
+from agentrl_envs.stack import ManagedProcess, listening_socket, worker_args
 
 
 def wait_until(predicate: Any, timeout: float = 20.0) -> None:
@@ -36,13 +36,14 @@ class Worker:
     """One ``agentrl-envs worker os --option backend=bwrap`` process, sessions in ``base_dir``."""
 
     def __init__(self, rootfs: Path, base_dir: Path, log_dir: Path, reap_interval_s: float) -> None:
-        self.port = free_port()
+        listen = listening_socket()  # the worker inherits it (--fd): no port changes hands
+        self.port = listen.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         options = {"backend": "bwrap", "rootfs": rootfs, "reap_interval_s": reap_interval_s}
         argv = [sys.executable, "-m", "agentrl_envs.cli", "worker", "os", "--port", str(self.port), "--log-level", "warning"]
         env = {**os.environ, "AGENTRL_SANDBOX_DIR": str(base_dir)}
         self.process = ManagedProcess(
-            f"worker-os-{self.port}", argv + worker_args(options=options), log_dir / f"{self.port}.log", env
+            f"worker-os-{self.port}", argv + worker_args(options=options), log_dir / f"{self.port}.log", env, listen=listen
         )
         self.pid = self.process.proc.pid
         self.http = httpx.Client(timeout=60)
