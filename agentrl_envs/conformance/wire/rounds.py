@@ -60,7 +60,8 @@ def goes_on(body: dict[str, Any], message: dict[str, Any], where: str) -> dict[s
 
 
 def check_bad_calls(t: WireTarget, o: WireOptions) -> list[str]:
-    """Model mistakes (an unknown tool, invalid JSON arguments, a missing required argument, no
+    """Model mistakes (an unknown tool, invalid JSON arguments, the hostile arguments of
+    :data:`~agentrl_envs.conformance.rounds.HOSTILE_ARGUMENTS`, a missing required argument, no
     tool call) are each a round that goes on (see :func:`goes_on`) or ends the episode with a
     status of :data:`~agentrl_envs.conformance.common.MODEL_ENDS`, never an HTTP error or ``task error``; where the worker
     reports them, ``metrics.turns`` counts the round and ``metrics.tool_errors`` grows. After a
