@@ -24,6 +24,17 @@ MODEL_ENDS = (
 )
 
 
+def model_end_note(what: str, status: str, how: str, where: str, fresh: str) -> str:
+    """The note for a bad call (``what``) whose round ended the episode, once the status is checked
+    to be one of :data:`MODEL_ENDS` (``how``: the end as a message says it; ``fresh``: what the next
+    case plays on)."""
+    assert status in MODEL_ENDS, (
+        f"{where}: expected the episode to go on, or to end with a status that puts the mistake on the model"
+        f" ({', '.join(map(repr, MODEL_ENDS))}), got it ended ({how})"
+    )
+    return f"{what}: the episode ends ({how}); the next case plays on a new {fresh}"
+
+
 class ConformanceSkip(Exception):
     """A check that cannot apply to this task; the message says why."""
 

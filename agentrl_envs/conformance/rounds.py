@@ -10,7 +10,7 @@ from ..episode import TaskRuntime
 from ..errors import SessionFinishedError
 from ..protocol.agentrl import SampleStatus
 from ..task import Task
-from .common import LOWERED_LIMIT, MAX_PLAYED_TURNS, MODEL_ENDS, NO_CALL, ConformanceSkip, split_of, task_label
+from .common import LOWERED_LIMIT, MAX_PLAYED_TURNS, NO_CALL, ConformanceSkip, model_end_note, split_of, task_label
 from .sessions import ended, episode_of, open_runtime, start
 from .tools import first_session_tools, has_session_tools
 
@@ -100,11 +100,7 @@ async def _bad_calls(task_cls: type[Task], split: str | None, config: dict[str, 
                     except Exception as e:
                         raise AssertionError(f"{where}: expected a {role} message back, got {type(e).__name__}: {e}") from e
                     if out.finish:
-                        assert out.status.value in MODEL_ENDS, (
-                            f"{where}: expected the episode to go on, or to end with a status that puts the mistake on the"
-                            f" model ({', '.join(map(repr, MODEL_ENDS))}), got it ended ({ended(out)})"
-                        )
-                        notes.append(f"{what}: the episode ends ({ended(out)}); the next case plays on a new episode")
+                        notes.append(model_end_note(what, out.status.value, ended(out), where, "episode"))
                         break
                     errors_before = _answered(out, message, role, mention, turn, errors_before, where)
             finally:

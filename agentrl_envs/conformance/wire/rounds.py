@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...protocol.agentrl import SampleStatus
-from ..common import MODEL_ENDS, ConformanceSkip, shorten
+from ..common import ConformanceSkip, model_end_note, shorten
 from ..rounds import bad_call_cases
 from .moves import NO_CALL_MOVE, Move, ended, env_out, keep_open
 from .options import WireOptions
@@ -85,11 +85,7 @@ def check_bad_calls(t: WireTarget, o: WireOptions) -> list[str]:
                 where = f"{t.who}, sample {index!r}, round {turn} ({what})"
                 body = env_out(t.interact(sid, message), where)
                 if body["finish"]:
-                    assert body["status"] in MODEL_ENDS, (
-                        f"{where}: expected the episode to go on, or to end with a status that puts the mistake on the model"
-                        f" ({', '.join(map(repr, MODEL_ENDS))}), got it ended ({ended(body)})"
-                    )
-                    notes.append(f"{what}: the episode ends ({ended(body)}); the next case plays on a new session")
+                    notes.append(model_end_note(what, body["status"], ended(body), where, "session"))
                     break
                 answer = goes_on(body, message, where)
                 metrics = _metrics(body)
