@@ -3,8 +3,9 @@ async-lag (the demo's trainer) on the db task (one held-out sample, pass@2), eac
 process, then the summary; a second call resumes from the records and trains nothing. The other
 conditions are config overrides of the same demo settings: their configs are built (not trained)
 and checked here; the summary's effects and verdicts are tested on records written by hand
-(test_ablations_v2_summary.py). One trained condition rather than two keeps this, the suite's
-slowest test, to two child processes; sync mode's training path is tested in test_pipeline.py."""
+(test_ablations_v2_summary.py). One trained condition rather than two keeps this test to two
+child processes (and --smoke plays no BFCL, whose figures the records do not keep); sync mode's
+training path is tested in test_pipeline.py and test_seeded_rollout.py."""
 
 from __future__ import annotations
 
